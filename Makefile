@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make run` (the CPU smoke run) and `make test`.
+# Each creates the virtualenv and installs what it needs first.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: run test test-fast bench golden install
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) run.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+golden: $(STAMP)
+	$(PY) -m trainstack.golden --update
+
+bench: $(STAMP)
+	$(PY) benchmarks/dry_run_latency.py

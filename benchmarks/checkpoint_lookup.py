@@ -1,0 +1,85 @@
+"""Latest-complete-checkpoint lookup with 1000 `iter_*` directories (target <= 50 ms), and the
+resume overhead of the CPU smoke run: relaunch-to-first-new-rollout vs fresh-start-to-first-rollout.
+
+Results: benchmarks/results/resume.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from trainstack.checkpoints import inspect  # noqa: E402
+
+
+def lookup_benchmark(n: int = 1000) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        save = Path(tmp)
+        for i in range(n):
+            d = save / f"iter_{i:07d}"
+            d.mkdir()
+            (d / "meta.json").write_text("{}")
+            (d / "model.pt").write_bytes(b"x")
+        (save / "latest_checkpointed_iteration.txt").write_text(str(n - 1))
+        times = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            st = inspect(str(save))
+            times.append(time.perf_counter() - t0)
+            assert st.latest_complete == n - 1
+    return {"iter_dirs": n, "median_ms": round(statistics.median(times) * 1e3, 3),
+            "max_ms": round(max(times) * 1e3, 3), "target_ms": 50}
+
+
+def first_rollout_seconds(argv: list[str], cwd: str, metrics: Path, after: int) -> float:
+    """Seconds from launch until the metrics file shows a rollout numbered >= after."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        while proc.poll() is None:
+            if metrics.exists():
+                for ln in metrics.read_text().splitlines():
+                    try:
+                        rec = json.loads(ln)
+                    except ValueError:
+                        continue
+                    if rec.get("step_key") == "rollout/step" and rec.get("step", -1) >= after:
+                        return time.perf_counter() - t0
+            time.sleep(0.02)
+        raise RuntimeError(f"exited with {proc.returncode} before rollout {after}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            proc.wait()
+
+
+def resume_benchmark() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        common = [sys.executable, str(ROOT / "run.py"), "run_id=bench", f"paths.runs_root={tmp}/runs",
+                  f"paths.data_root={tmp}/data", "env.num_rollout=6", "args.save_interval=2"]
+        metrics = Path(tmp) / "runs" / "bench" / "metrics.jsonl"
+        fresh = first_rollout_seconds(common, tmp, metrics, 0)
+        # let it finish 6 rollouts (checkpoint at 5), then extend and time the relaunch
+        subprocess.run(common, cwd=tmp, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, check=True)
+        done = inspect(f"{tmp}/runs/bench/checkpoints").latest_complete
+        resumed = first_rollout_seconds([*common[:-2], "env.num_rollout=8", "args.save_interval=2"], tmp, metrics,
+                                        done + 1)
+    return {"fresh_start_to_first_rollout_s": round(fresh, 2), "relaunch_to_first_new_rollout_s": round(resumed, 2),
+            "overhead_s": round(resumed - fresh, 2), "resumed_from": done}
+
+
+if __name__ == "__main__":
+    out = {"lookup": lookup_benchmark(), "resume": resume_benchmark(), "cpus": os.cpu_count()}
+    path = ROOT / "benchmarks" / "results" / "resume.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out, indent=2))

@@ -1,0 +1,88 @@
+"""Local fakes for the tests: a W&B public-API GraphQL server (``wandb_api``) and run directories
+written per docs/run_dir.md from a real composition (``write_run_dir``), with real TensorBoard
+event files (tensorboard's EventFileWriter), metrics.jsonl and, on request, a real offline
+wandb run (``wandb.init(mode="offline")``)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+Curve = dict[str, list[tuple[int, float]]]  # metric -> [(step, value)]
+
+
+def write_tensorboard(logdir: Path, curves: Curve) -> None:
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    w = EventFileWriter(str(logdir))
+    for name, pts in curves.items():
+        for step, value in pts:
+            w.add_event(Event(step=step, wall_time=time.time(),
+                              summary=Summary(value=[Summary.Value(tag=name, simple_value=value)])))
+    w.close()
+
+
+def write_wandb_offline(run_dir: Path, wandb_id: str, group: str, curves: Curve, project: str = "trainstack") -> None:
+    import os
+
+    import wandb
+
+    os.environ.pop("WANDB_RUN_ID", None)
+    run = wandb.init(project=project, group=group, id=wandb_id, dir=str(run_dir), mode="offline",
+                     config={"lr": 0.0}, settings=wandb.Settings(console="off", x_disable_stats=True, silent=True))
+    for key in ("rollout", "train", "eval"):
+        run.define_metric(f"{key}/step")
+        run.define_metric(f"{key}/*", step_metric=f"{key}/step")
+    for name, pts in curves.items():
+        sk = {"train": "train/step", "eval": "eval/step"}.get(name.split("/")[0], "rollout/step")
+        for step, value in pts:
+            run.log({sk: step, name: value})
+    run.finish()
+
+
+def write_run_dir(runs_root: Path, overrides: list[str], curves: Curve, *, conf_dir: str | None = None,
+                  state: str = "finished", tensorboard: bool = True, jsonl: bool = True,
+                  wandb_group: str | None = None) -> tuple[Path, Any]:
+    """Compose ``overrides`` for real and write the run directory the contract describes."""
+    import yaml
+
+    from trainstack.display import redact
+    from trainstack.pipeline import build_from_overrides
+
+    default_root = Path(runs_root).resolve() == (Path.cwd() / "runs").resolve()  # then leave paths.runs_root alone
+    run, cmd = build_from_overrides([*overrides, *([] if default_root else [f"paths.runs_root={runs_root}"])], conf_dir)
+    d = Path(run.run_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.yaml").write_text(yaml.safe_dump(redact(run.config), sort_keys=False))
+    (d / "command.json").write_text(json.dumps({"run_id": run.run_id, **cmd.to_json()}, indent=2))
+    (d / "provenance.json").write_text(json.dumps(run.provenance, indent=2))
+    (d / "choices.json").write_text(json.dumps(run.origin.choices, indent=2))
+    (d / "overrides.yaml").write_text(yaml.safe_dump([o.lstrip("+") for o in run.origin.overrides]))
+    n_rollout = 1 + max((s for name, pts in curves.items() if name.startswith("rollout/") for s, _ in pts), default=-1)
+    last = {name: pts[-1][1] for name, pts in curves.items() if pts}
+    (d / "status.json").write_text(json.dumps({"run_id": run.run_id, "state": state, "last_checkpoint": None,
+                                               "num_rollout": n_rollout, "last_metrics": last,
+                                               "updated_at": "2026-01-01T00:00:00Z", "host": "test", "pid": 0}))
+    if jsonl:
+        with open(d / "metrics.jsonl", "w") as f:
+            for name, pts in curves.items():
+                sk = {"train": "train/step", "eval": "eval/step"}.get(name.split("/")[0], "rollout/step")
+                for step, value in pts:
+                    f.write(json.dumps({"step_key": sk, "step": step, "metrics": {name: value}}) + "\n")
+    if tensorboard:
+        write_tensorboard(d / "tensorboard", curves)
+    if wandb_group:
+        write_wandb_offline(d, run.run_id, wandb_group, curves)
+    return d, run
+
+
+def write_sweep(root: Path, name: str, runs: list[tuple[Path, Any, list[str]]]) -> Path:
+    sweep = root / "multirun" / name
+    sweep.mkdir(parents=True, exist_ok=True)
+    (sweep / "sweep.json").write_text(json.dumps({"sweep_dir": str(sweep), "runs": [
+        {"run_id": run.run_id, "run_dir": str(d), "overrides": ov, "job_num": i, "job_id": str(i)}
+        for i, (d, run, ov) in enumerate(runs)]}, indent=2))
+    return sweep

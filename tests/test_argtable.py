@@ -1,0 +1,51 @@
+"""The packaged copy of slime's argument table and how trainstack reads it."""
+from trainstack import argtable as at
+
+
+def test_table_is_slimes_full_table():
+    t = at.load_table()
+    assert t.meta["counts"]["total"] == 1390
+    assert t.slime_commit.startswith("624b824a")
+    assert len(t.specs) > 1300  # one entry per dest (a few dests have several actions)
+
+
+def test_dests_without_matching_flag_map_by_dest():
+    t = at.load_table()
+    assert t["rollout_global_dataset"].flag == "--disable-rollout-global-dataset"
+    assert t["rollout_global_dataset"].kind == at.STORE_FALSE
+    assert t["add_bias_linear"].flag == "--disable-bias-linear"
+    assert t["layernorm_epsilon"].flag == "--norm-epsilon"
+    assert t["wandb_random_suffix"].flag == "--disable-wandb-random-suffix"
+    assert t.flag_to_dest["--norm-epsilon"] == "layernorm_epsilon"
+
+
+def test_multi_action_dest_prefers_non_deprecated_store():
+    t = at.load_table()
+    assert t["sglang_cuda_graph_max_bs_decode"].flag == "--sglang-cuda-graph-max-bs-decode"
+    assert not t["sglang_cuda_graph_max_bs_decode"].deprecated
+    assert t.flag_to_dest["--sglang-cuda-graph-max-bs"] == "sglang_cuda_graph_max_bs_decode"
+
+
+def test_groups_follow_source():
+    t = at.load_table()
+    assert t["tensor_model_parallel_size"].group == "megatron"
+    assert t["sglang_mem_fraction_static"].group == "sglang"
+    assert t["router_log_level"].group == "sglang"
+    assert t["rollout_batch_size"].group == "slime"
+    assert t["debug_train_only"].group == "slime"
+
+
+def test_kinds():
+    t = at.load_table()
+    assert t["offload_train"].kind == at.BOOL_OPTIONAL and t["offload_train"].no_flag == "--no-offload-train"
+    assert t["rollout_sample_hook_path"].kind == at.APPEND
+    assert t["train_env_vars"].value_kind == at.JSON
+    assert t["eval_prompt_data"].nargs == "+"
+    assert t["attention_backend"].choice_values() == ("flash", "fused", "unfused", "local", "auto")
+
+
+def test_suggest_understands_typos_and_flag_spelling():
+    t = at.load_table()
+    assert t.suggest("rollout_batchsize")[0] == "rollout_batch_size"
+    assert t.suggest("--rollout-batch-size") == ["rollout_batch_size"]
+    assert t.suggest("norm-epsilon") == ["layernorm_epsilon"]

@@ -1,0 +1,152 @@
+"""A corpus of bad inputs: each gives one clear message naming the key, exit code 2, no traceback,
+and nothing written or launched."""
+import pytest
+
+from conftest import files_under, run_py
+from trainstack import cli
+
+QWEN = "experiment=qwen3-4B-grpo-dapo"
+SFT = "experiment=qwen3-4B-base-sft"
+
+# (id, overrides, text that must appear in the message: the key, as the user wrote or should write it)
+CORPUS = [
+    # typos in slime dests (slime itself would silently ignore these)
+    ("dest-typo", ["args.rollout_batchsize=64"], "args.rollout_batchsize"),
+    ("dest-typo-plus", ["+args.rollout_batchsize=64"], "args.rollout_batchsize"),
+    ("dest-typo-suggests", ["args.rollout_batchsize=64"], "did you mean 'args.rollout_batch_size'"),
+    ("algo-typo", ["algo.learning_rate=1e-6"], "algo.learning_rate"),
+    ("model-typo", ["model.num_layer=2"], "model.num_layers"),
+    ("env-flag-spelling", ["env.prompt-data=/x.jsonl"], "env.prompt_data"),
+    ("sglang-abbreviation", ["args.sglang_mem_frac=0.5"], "args.sglang_mem_frac"),
+    ("kl-typo", ["args.kl_loss_coeff=0.1"], "args.kl_loss_coef"),
+    ("dest-at-top-level", ["lr=1e-6"], "args.lr"),
+    ("dest-nested", ["args.lr.value=1"], "args.lr.value"),
+    ("root-typo", ["dry_runn=true"], "dry_run"),
+    ("root-unknown-plus", ["+foo=1"], "foo"),
+    ("cluster-typo", ["cluster.num_nodez=2"], "cluster.num_nodes"),
+    ("paths-typo", ["paths.run_root=/x"], "paths.runs_root"),
+    ("slime-typo", ["slime.rot=/x"], "slime.root"),
+    ("runtime-env-typo", ["runtime_env.envvars.X=1"], "runtime_env.env_vars"),
+    # unknown presets
+    ("model-case", ["model=qwen3-4b"], "model=qwen3-4B"),
+    ("algo-preset", ["algo=grpoo"], "algo=grpo"),
+    ("env-preset", ["env=dapo-math"], "env=dapo_math"),
+    ("cluster-preset", ["cluster=lium_8xh200"], "cluster=lium_8xh100"),
+    ("experiment-preset", ["experiment=qwen3-4B-grpo"], "experiment"),
+    ("sweep-preset", ["model=tiny,qwen3-9B"], "qwen3-9B"),
+    # wrong types
+    ("int-as-word", ["args.rollout_batch_size=abc"], "args.rollout_batch_size"),
+    ("float-as-word", ["args.lr=fast"], "args.lr"),
+    ("switch-as-word", ["args.balance_data=yes"], "args.balance_data"),
+    ("int-as-float", ["args.num_rollout=1.5"], "args.num_rollout"),
+    ("seed-float", ["args.seed=1.5"], "args.seed"),
+    ("cluster-int", ["cluster.num_nodes=two"], "cluster.num_nodes"),
+    ("cluster-bool", ["cluster.colocate=maybe"], "cluster.colocate"),
+    ("root-bool", ["dry_run=maybe"], "dry_run"),
+    ("list-as-scalar", ["env.eval_prompt_data=aime"], "env.eval_prompt_data"),
+    ("scalar-as-list", ["args.rollout_temperature=[1,2]"], "args.rollout_temperature"),
+    ("type-bool-false", ["args.rl_use_sequence_packing=false"], "args.rl_use_sequence_packing"),
+    ("syntax", ["args.lr=[1"], "args.lr"),
+    # bad choices
+    ("choice-attention", ["args.attention_backend=flashy"], "args.attention_backend"),
+    ("choice-estimator", ["algo.advantage_estimator=grpo2"], "algo.advantage_estimator"),
+    ("choice-optimizer", ["args.optimizer=lion"], "args.optimizer"),
+    ("choice-wandb-mode", ["args.wandb_mode=on"], "args.wandb_mode"),
+    ("choice-recompute", ["args.recompute_granularity=partial"], "args.recompute_granularity"),
+    ("choice-loss", ["args.loss_type=dpo"], "args.loss_type"),
+    ("choice-backend", ["cluster.backend=cuda"], "cluster.backend"),
+    ("choice-launcher", ["cluster.launcher=k8s"], "cluster.launcher"),
+    ("choice-entrypoint", ["slime.entrypoint=train2.py"], "slime.entrypoint"),
+    # impossible GPU layouts
+    ("tp-not-dividing", [QWEN, "model.tensor_model_parallel_size=3"], "model.tensor_model_parallel_size"),
+    ("too-small-cluster", [QWEN, "cluster=local_1xh100"], "tensor_model_parallel_size"),
+    ("engine-not-dividing", [QWEN, "model.rollout_num_gpus_per_engine=3"], "rollout_num_gpus_per_engine"),
+    ("more-gpus-than-node", [QWEN, "args.actor_num_gpus_per_node=16"], "args.actor_num_gpus_per_node"),
+    ("more-nodes-than-cluster", [QWEN, "args.actor_num_nodes=2"], "args.actor_num_nodes"),
+    ("separate-without-rollout-gpus", [QWEN, "cluster.colocate=false"], "cluster.rollout_num_gpus"),
+    ("rollout-takes-all", [QWEN, "cluster.colocate=false", "cluster.rollout_num_gpus=8"], "cluster.rollout_num_gpus"),
+    ("multinode-partial-rollout", [QWEN, "cluster=slurm_8xh100", "cluster.num_nodes=2", "cluster.colocate=false",
+                                   "cluster.rollout_num_gpus=3"], "cluster.rollout_num_gpus"),
+    ("pp-not-dividing-layers", [QWEN, "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=8"],
+     "pipeline_model_parallel_size"),
+    ("heads-vs-tp", [QWEN, "model.num_attention_heads=31"], "num_attention_heads"),
+    ("experts-vs-ep", [QWEN, "model=qwen3-30B-A3B", "model.expert_model_parallel_size=3"], "expert_model_parallel_size"),
+    ("sweep-too-big", [QWEN, "cluster=local_1xh100", "model.tensor_model_parallel_size=1"], "rollout_num_gpus_per_engine"),
+    ("gpu-budget", [QWEN, "cluster.colocate=false", "cluster.rollout_num_gpus=4", "args.actor_num_gpus_per_node=8"],
+     "rollout_num_gpus"),
+    # batch arithmetic
+    ("gbs-too-big", [QWEN, "env.global_batch_size=512"], "env.global_batch_size"),
+    ("gbs-not-dividing", [QWEN, "env.global_batch_size=96"], "env.global_batch_size"),
+    ("steps-not-dividing", [QWEN, "args.num_steps_per_rollout=3"], "args.num_steps_per_rollout"),
+    ("steps-vs-gbs", [QWEN, "args.num_steps_per_rollout=2"], "env.global_batch_size"),
+    ("missing-rollout-batch", ["env.rollout_batch_size=null"], "env.rollout_batch_size"),
+    ("missing-length", ["env.num_rollout=null"], "env.num_rollout"),
+    ("missing-gbs", ["env.global_batch_size=null"], "env.global_batch_size"),
+    ("zero-samples", ["env.n_samples_per_prompt=0"], "env.n_samples_per_prompt"),
+    ("over-sampling-small", [QWEN, "args.over_sampling_batch_size=8"], "args.over_sampling_batch_size"),
+    ("micro-batch", [QWEN, "model.use_dynamic_batch_size=false", "args.micro_batch_size=3"], "global_batch_size"),
+    ("negative-lr", ["args.lr=-1.0"], "args.lr"),
+    # missing mandatory paths
+    ("no-hf-checkpoint", [QWEN, "model.hf_checkpoint=null"], "model.hf_checkpoint"),
+    ("no-prompt-data", [QWEN, "env.prompt_data=null"], "env.prompt_data"),
+    ("kl-without-ref", [QWEN, "model.ref_load=null"], "algo.use_kl_loss"),
+    ("reward-kl-without-ref", ["algo.kl_coef=0.1"], "algo.kl_coef"),
+    # conflicting options
+    ("two-kls", [QWEN, "algo.kl_coef=0.1", "algo.kl_loss_coef=0.1"], "algo.kl_coef"),
+    ("debug-modes", [QWEN, "args.debug_rollout_only=true", "args.debug_train_only=true"], "debug_train_only"),
+    ("rpp-unnormalised", [QWEN, "algo=reinforce_plus_plus", "algo.normalize_advantages=false"],
+     "algo.advantage_estimator"),
+    ("tis-vs-logprobs", [QWEN, "args.use_rollout_logprobs=true", "args.use_tis=true"], "args.use_tis"),
+    ("wandb-no-group", [QWEN, "args.use_wandb=true"], "args.use_wandb"),
+    ("eval-odd", ["env.eval_prompt_data=[a,/b,c]"], "env.eval_prompt_data"),
+    ("eval-without-data", ["env.eval_prompt_data=null"], "env.eval_interval"),
+    ("zero-temperature", ["args.rollout_temperature=0.0"], "args.rollout_temperature"),
+    ("dynamic-batch-no-budget", [QWEN, "model.max_tokens_per_gpu=null"], "model.use_dynamic_batch_size"),
+    ("async-colocate", [QWEN, "slime.entrypoint=train_async.py"], "cluster.colocate"),
+    ("dp-without-dp-attention", [QWEN, "args.sglang_dp_size=2"], "args.sglang_dp_size"),
+    ("exclusive-engines", [QWEN, "args.sglang_config=/x.yaml", "args.prefill_num_servers=2"], "args.prefill_num_servers"),
+    ("epochs-without-dataset", ["env.num_rollout=null", "args.num_epoch=2", "args.rollout_global_dataset=false"],
+     "args.num_epoch"),
+    ("opd-without-use", [QWEN, "args.opd_teacher_load=/t"], "args.opd_teacher_load"),
+    ("flops-without-dynamic", ["args.balance_by_flops=true"], "args.balance_by_flops"),
+    ("secret-in-config", [QWEN, "args.use_wandb=true", "args.wandb_group=g", "args.wandb_key=abc123"], "args.wandb_key"),
+    ("bad-run-id", ["run_id=a/b"], "run_id"),
+    ("tiny-too-big", ["model=qwen3-8B"], "model"),
+    ("tiny-ppo", ["algo=ppo"], "advantage_estimator"),
+]
+
+
+@pytest.mark.parametrize("case_id,overrides,needle", CORPUS, ids=[c[0] for c in CORPUS])
+def test_bad_input(case_id, overrides, needle, in_tmp, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["render", *overrides])
+    assert exc.value.code == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "Traceback" not in out.err
+    assert needle in out.err, out.err
+    assert out.err.startswith("trainstack: ") and "error: " in out.err and "fix" in out.err
+    assert files_under(in_tmp) == []
+    if case_id == "secret-in-config":
+        assert "abc123" not in out.err
+
+
+def test_corpus_is_large_enough():
+    assert len(CORPUS) >= 60
+
+
+# The same pipeline through the real entry point: exit 2, nothing written (no outputs/, no .hydra/).
+@pytest.mark.parametrize("overrides", [
+    ["args.rollout_batchsize=64", "dry_run=true"],
+    ["model=qwen3-4b", "dry_run=true"],
+    [QWEN, "env.global_batch_size=512", "dry_run=true"],
+    [QWEN, "model.tensor_model_parallel_size=3", "dry_run=true", "output=cmd.json"],
+    ["args.lr=[1", "dry_run=true"],
+    ["-m", "algo.lr=1e-6,2e-6", "args.kl_loss_coeff=1", "dry_run=true"],
+], ids=["typo", "preset", "batch", "layout-with-output", "syntax", "sweep-typo"])
+def test_run_py_bad_input(overrides, tmp_path):
+    res = run_py(*overrides, cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and "error: " in res.stderr
+    assert res.stdout == ""
+    assert files_under(tmp_path) == []

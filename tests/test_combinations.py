@@ -1,0 +1,52 @@
+"""Every experiment, and every model x algo x cluster combination, either renders and validates
+or fails with clear ConfigErrors (never another exception)."""
+import itertools
+
+import pytest
+
+from conftest import ROOT, run_py
+from trainstack.errors import ConfigErrors
+from trainstack.pipeline import build, compose
+
+GROUP_DIR = ROOT / "conf"
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (GROUP_DIR / group).glob("*.yaml"))
+
+
+def test_experiment_glob_sweep_dry_runs_every_experiment(tmp_path):
+    res = run_py("-m", "experiment=glob(*)", "dry_run=true", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("ok  ")]
+    assert len(lines) == len(options("experiment"))
+    for exp in options("experiment"):
+        assert any(f" experiment={exp}" in ln for ln in lines), exp
+
+
+@pytest.mark.slow
+def test_model_algo_cluster_matrix():
+    valid, invalid = [], []
+    for model, algo, cluster in itertools.product(options("model"), options("algo"), options("cluster")):
+        overrides = [f"model={model}", f"algo={algo}", f"cluster={cluster}"]
+        if cluster != "local_cpu":
+            overrides.append("env=dapo_math")
+        cfg, origin = compose(overrides)
+        try:
+            build(cfg, origin)
+            valid.append((model, algo, cluster))
+        except ConfigErrors as err:
+            assert err.errors and all(e.key and e.problem for e in err.errors)
+            assert "Traceback" not in err.render()
+            invalid.append((model, algo, cluster, [e.key for e in err.errors]))
+    # The combinations a user would expect to work do.
+    for combo in [("qwen3-4B", "grpo", "local_8xh100"), ("qwen3-4B", "dapo", "lium_8xh100"),
+                  ("qwen3-8B", "gspo", "slurm_8xh100"), ("qwen2.5-0.5B", "reinforce_plus_plus", "local_8xh100"),
+                  ("glm4-9B", "ppo", "local_8xh100"), ("qwen3-4B", "sft", "local_8xh100"),
+                  ("tiny", "grpo", "local_cpu"), ("tiny", "gspo", "local_cpu")]:
+        assert combo in valid, combo
+    # ...and the impossible ones are refused with the key that makes them impossible.
+    bad = {(m, a, c): keys for m, a, c, keys in invalid}
+    assert any("tensor_model_parallel_size" in k for k in bad[("qwen3-4B", "grpo", "local_1xh100")])
+    assert ("deepseek-v3", "grpo", "local_cpu") in bad
+    assert len(valid) > 100

@@ -1,0 +1,57 @@
+"""The Hydra task behind run.py: build the run, then dry-run it or launch it."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from trainstack.errors import ConfigErrors, report_and_exit
+from trainstack.resolve import CONF_DIR
+
+
+def prepare_argv() -> None:
+    """Check overrides before Hydra composes (exit 2 on unknown keys; dests become `++`)."""
+    from trainstack.overrides import normalise_argv
+
+    try:
+        sys.argv[1:] = normalise_argv(sys.argv[1:], str(CONF_DIR))
+    except ConfigErrors as err:
+        report_and_exit(err)
+
+
+def run_app(cfg: Any) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from trainstack.pipeline import build
+    from trainstack.resolve import Origin
+
+    hc = HydraConfig.get()
+    origin = Origin.from_hydra(hc)
+    try:
+        run, cmd = build(cfg, origin)
+    except ConfigErrors as err:
+        report_and_exit(err)
+    sweep = hc.mode == RunMode.MULTIRUN
+    if cfg.dry_run:
+        from trainstack import display
+
+        if sweep:
+            display.print_sweep_line(run, cmd)
+        else:
+            display.print_dry_run(run, cmd)
+        if cfg.output:
+            display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
+        return
+    from trainstack.display import print_summary
+    from trainstack.launch import launch
+
+    try:
+        code = launch(run, cmd)
+    except ConfigErrors as err:
+        report_and_exit(err)
+    from trainstack.launch.local import EXIT_BUSY
+
+    if not sweep and code != EXIT_BUSY:
+        print_summary(run, code)
+        if code:
+            sys.exit(code)

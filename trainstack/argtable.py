@@ -1,0 +1,202 @@
+"""slime's argument table: every argparse action slime accepts, keyed by dest.
+
+The table (``data/slime_args.json``) was read from slime's real parsers at the commit in
+``SLIME_COMMIT``; ``python -m trainstack.tools.sync_slime`` regenerates it from a checkout.
+Rendering, validation and the tiny trainer's parser all come from this one table, so a flag
+slime accepts is accepted everywhere and nothing else is.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TABLE_PATH = DATA_DIR / "slime_args.json"
+
+# Action kinds, normalised from argparse class names.
+STORE = "store"
+STORE_TRUE = "store_true"
+STORE_FALSE = "store_false"
+BOOL_OPTIONAL = "bool_optional"  # --x / --no-x, tri-state with default None
+APPEND = "append"
+
+# Value kinds, normalised from the recorded ``type``.
+INT, FLOAT, STR, BOOL, JSON, ANY = "int", "float", "str", "bool", "json", "any"
+
+SUPPRESS = "==SUPPRESS=="
+
+# Which argv group a source belongs to.
+GROUP_OF_SOURCE = {
+    "megatron": "megatron",
+    "sglang": "sglang",
+    "sglang_router": "sglang",
+    "slime(sglang-parser)": "sglang",
+    "slime": "slime",
+    "slime(pre-parse)": "slime",
+}
+GROUPS = ("megatron", "sglang", "slime")
+
+_ACTION_KIND = {
+    "_StoreAction": STORE,
+    "DeprecatedAliasStoreAction": STORE,
+    "LoRAPathAction": STORE,
+    "_StoreTrueAction": STORE_TRUE,
+    "DeprecatedStoreTrueAction": STORE_TRUE,
+    "_StoreFalseAction": STORE_FALSE,
+    "BooleanOptionalAction": BOOL_OPTIONAL,
+    "_AppendAction": APPEND,
+}
+_DEPRECATED_ACTIONS = {
+    "DeprecatedAliasStoreAction",
+    "DeprecatedStoreTrueAction",
+    "DeprecatedStoreConstAction",
+    "DeprecatedAction",
+}
+
+
+def _value_kind(type_name: str | None, kind: str) -> str:
+    if kind in (STORE_TRUE, STORE_FALSE, BOOL_OPTIONAL):
+        return BOOL
+    if type_name in ("int", "float", "str", "bool"):
+        return type_name
+    if type_name == "json.loads":
+        return JSON
+    if type_name and type_name.endswith("json_list_type"):
+        return JSON
+    if type_name is None:
+        return STR
+    return ANY  # Megatron/SGLang converters (moe_freq_type, human_readable_int, enums...)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One slime dest and the single action trainstack emits for it."""
+
+    dest: str
+    flag: str  # the flag we emit (for store_false: the flag that sets False)
+    option_strings: tuple[str, ...]
+    kind: str
+    value_kind: str
+    nargs: str | None  # None, "+", "*", "?", or a count
+    choices: tuple[Any, ...] | None
+    default: Any
+    source: str
+    group: str  # megatron | sglang | slime
+    deprecated: bool = False
+
+    @property
+    def is_list(self) -> bool:
+        return self.nargs in ("+", "*") or (self.nargs is not None and self.nargs.isdigit() and int(self.nargs) > 1) or self.kind == APPEND
+
+    @property
+    def has_default(self) -> bool:
+        return self.default != SUPPRESS
+
+    @property
+    def no_flag(self) -> str | None:
+        """For --[no-]x actions, the negative flag."""
+        if self.kind != BOOL_OPTIONAL:
+            return None
+        return next((o for o in self.option_strings if o.startswith("--no-")), None)
+
+    def choice_values(self) -> tuple[Any, ...] | None:
+        """Choices as users write them (``AttnBackend.flash`` -> ``flash``)."""
+        if self.choices is None:
+            return None
+        out = []
+        for c in self.choices:
+            if isinstance(c, str) and "." in c and c.split(".", 1)[0][:1].isupper():
+                c = c.split(".", 1)[1]
+            out.append(c)
+        return tuple(out)
+
+
+def _pick_action(actions: list[dict]) -> dict:
+    """A dest with several actions: prefer the non-deprecated plain store/flag action."""
+    ranked = sorted(
+        actions,
+        key=lambda a: (
+            a["action"] in _DEPRECATED_ACTIONS,
+            a["action"] not in _ACTION_KIND,
+            # --disable-chunked-prefill (store_true) over --enable-chunked-prefill (store_false)
+            a["action"] != "_StoreTrueAction" and a["action"] != "_StoreAction",
+        ),
+    )
+    return ranked[0]
+
+
+class ArgTable:
+    """Lookup by dest, plus the flag -> dest map the tiny trainer and argv parsing need."""
+
+    def __init__(self, raw: dict):
+        self.meta: dict = raw["meta"]
+        by_dest: dict[str, list[dict]] = {}
+        for a in raw["arguments"]:
+            by_dest.setdefault(a["dest"], []).append(a)
+        self.specs: dict[str, ArgSpec] = {}
+        self.flag_to_dest: dict[str, str] = {}
+        for dest, actions in by_dest.items():
+            for a in actions:
+                for opt in a["option_strings"]:
+                    self.flag_to_dest[opt] = dest
+            chosen = _pick_action(actions)
+            kind = _ACTION_KIND.get(chosen["action"])
+            if kind is None:  # only deprecated no-op actions: keep them parseable, never emitted
+                kind = STORE_TRUE if chosen.get("nargs") == 0 else STORE
+            opts = tuple(chosen["option_strings"])
+            flag = next((o for o in opts if o.startswith("--") and not o.startswith("--no-")), opts[0])
+            choices = chosen.get("choices")
+            self.specs[dest] = ArgSpec(
+                dest=dest,
+                flag=flag,
+                option_strings=opts,
+                kind=kind,
+                value_kind=_value_kind(chosen.get("type"), kind),
+                nargs=None if chosen.get("nargs") in (None, 0) else str(chosen["nargs"]),
+                choices=tuple(choices) if choices else None,
+                default=chosen.get("default"),
+                source=chosen["source"],
+                group=GROUP_OF_SOURCE.get(chosen["source"], "slime"),
+                deprecated=chosen["action"] in _DEPRECATED_ACTIONS,
+            )
+
+    @property
+    def slime_commit(self) -> str:
+        return self.meta.get("slime_commit", "unknown")
+
+    def __contains__(self, dest: str) -> bool:
+        return dest in self.specs
+
+    def __getitem__(self, dest: str) -> ArgSpec:
+        return self.specs[dest]
+
+    def get(self, dest: str) -> ArgSpec | None:
+        return self.specs.get(dest)
+
+    def dests(self) -> Iterable[str]:
+        return self.specs.keys()
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """Closest dests for a misspelled key; also understands flag spellings (--foo-bar)."""
+        key = name.lstrip("-").replace("-", "_")
+        if ("--" + name.lstrip("-")) in self.flag_to_dest:
+            return [self.flag_to_dest["--" + name.lstrip("-")]]
+        if key in self.specs:
+            return [key]
+        return difflib.get_close_matches(key, list(self.specs), n=n, cutoff=0.75)
+
+
+@lru_cache(maxsize=1)
+def load_table(path: str | None = None) -> ArgTable:
+    with open(path or TABLE_PATH, encoding="utf-8") as f:
+        return ArgTable(json.load(f))
+
+
+def did_you_mean(candidates: list[str], prefix: str = "") -> str:
+    if not candidates:
+        return ""
+    return "did you mean " + " or ".join(f"'{prefix}{c}'" for c in candidates) + "?"

@@ -1,0 +1,129 @@
+"""`trainstack` console commands (the run itself is `python run.py ...`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainstack.errors import ConfigErrors, report_and_exit
+
+
+def cmd_render(ns: argparse.Namespace) -> int:
+    """Compose + validate + render; print the argv as JSON for other tools."""
+    from trainstack.pipeline import build_from_overrides
+
+    try:
+        run, cmd = build_from_overrides(ns.overrides, ns.config_dir)
+    except ConfigErrors as err:
+        report_and_exit(err)
+    if ns.format == "shell":
+        text = cmd.shell_line() + "\n"
+    elif ns.format == "lines":
+        text = "\n".join(cmd.full_argv()) + "\n"
+    else:
+        text = json.dumps({"run_id": run.run_id, "name": run.name, **cmd.to_json()}, indent=2, sort_keys=True) + "\n"
+    if ns.output:
+        with open(ns.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_args(ns: argparse.Namespace) -> int:
+    """Look up slime's arguments: by dest, flag or substring."""
+    from trainstack.argtable import did_you_mean, load_table
+
+    table = load_table()
+    if ns.name:
+        dest = table.flag_to_dest.get(ns.name, ns.name.lstrip("-").replace("-", "_"))
+        spec = table.get(dest)
+        if spec is None:
+            print(f"trainstack: '{ns.name}' is not a slime argument; {did_you_mean(table.suggest(ns.name))}",
+                  file=sys.stderr)
+            return 2
+        print(json.dumps({"dest": spec.dest, "flag": spec.flag, "option_strings": list(spec.option_strings),
+                          "kind": spec.kind, "type": spec.value_kind, "nargs": spec.nargs,
+                          "choices": list(spec.choice_values() or []) or None, "default": spec.default,
+                          "group": spec.group, "source": spec.source}, indent=2))
+        return 0
+    word = (ns.search or "").replace("-", "_")
+    for dest, spec in table.specs.items():
+        if word in dest:
+            print(f"{dest:48s} {spec.flag:48s} {spec.group}")
+    return 0
+
+
+# --- diff / compare (trainstack/diff.py, trainstack/compare.py) ------------------------------
+def cmd_diff(ns: argparse.Namespace) -> int:
+    """Exit 0 equal, 1 different, 2 bad input (like diff)."""
+    from trainstack.diff import run_diff
+
+    try:
+        return run_diff(ns.a, ns.b, runs_root=ns.runs_root, config_dir=ns.config_dir,
+                        against_defaults=ns.against_defaults, as_json=ns.json)
+    except ConfigErrors as err:
+        report_and_exit(err)
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from trainstack.compare import run_compare
+
+    try:
+        return run_compare(ns)
+    except ConfigErrors as err:
+        report_and_exit(err)
+
+
+def add_diff_compare(sub) -> None:
+    p = sub.add_parser("diff", help="what differs between two runs/specs: resolved config and slime argv",
+                       description="A and B: a run id, a run directory, an experiment name, `default`, or a quoted "
+                                   "override list. Exit 0 equal, 1 different, 2 bad input.")
+    p.add_argument("a", help="run id | run dir | experiment | 'key=value ...' | default")
+    p.add_argument("b", nargs="?", help="as A (omit with --against-defaults)")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--config-dir", help="config tree for composed specs (default: the project's conf/)")
+    p.add_argument("--against-defaults", action="store_true",
+                   help="compare A with its experiment's base (experiment=E alone), else with the default config")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_diff)
+    p = sub.add_parser("compare", help="one table of runs: varying config keys, status, metrics; plot/CSV/JSON")
+    p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run ids or run dirs")
+    p.add_argument("--group", "-g", help="runs whose config `name` or wandb group equals this")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--metric", "-m", action="append", default=None,
+                   help="metric name or glob (repeatable; default rollout/raw_reward and eval/*)")
+    p.add_argument("--sort", help="sort by a metric's final value (or a column: run_id, status, a config key)")
+    p.add_argument("--desc", action="store_true", help="sort descending")
+    p.add_argument("--source", default="auto", choices=("auto", "tensorboard", "wandb-offline", "jsonl", "wandb"),
+                   help="where metrics are read from (default auto: tensorboard, wandb-offline, jsonl)")
+    p.add_argument("--project", help="W&B project (with --source wandb)")
+    p.add_argument("--entity", help="W&B entity (with --source wandb)")
+    p.add_argument("--base-url", help="W&B server (default WANDB_BASE_URL or api.wandb.ai)")
+    p.add_argument("--plot", help="write a PNG of the chosen metrics against their step, one line per run")
+    p.add_argument("--csv", help="write the table as CSV")
+    p.add_argument("--json", action="store_true", help="print the table as JSON instead")
+    p.set_defaults(func=cmd_compare)
+# --- end diff / compare ----------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("render", help="print the rendered slime command as JSON (or shell/lines)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, as for run.py")
+    p.add_argument("--output", "-o", help="write to this file instead of stdout")
+    p.add_argument("--format", choices=("json", "shell", "lines"), default="json")
+    p.add_argument("--config-dir", help="config tree to compose (default: the project's conf/)")
+    p.set_defaults(func=cmd_render)
+    p = sub.add_parser("args", help="look up slime arguments")
+    p.add_argument("name", nargs="?", help="a dest or flag, e.g. rollout_batch_size or --rollout-batch-size")
+    p.add_argument("--search", "-s", help="list dests containing this word")
+    p.set_defaults(func=cmd_args)
+    add_diff_compare(sub)  # diff / compare
+    ns = parser.parse_args(argv)
+    return ns.func(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

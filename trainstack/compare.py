@@ -1,0 +1,327 @@
+"""`trainstack compare`: one table for a set of runs (a sweep, run ids, or a group).
+
+Columns: run_id, every config key that varies across the runs (found by flattening the
+resolved configs, dotted paths), status (status.json), rollouts done, and the final and best
+value of each chosen metric. Metrics come from one source interface (``trainstack.metrics``),
+so the table is the same whatever the source. "best" is the maximum, except for metrics where
+lower is better (names containing loss, kl, grad_norm, clipfrac, truncated, time): the minimum.
+"""
+from __future__ import annotations
+
+import csv
+import difflib
+import fnmatch
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainstack.diff import flatten, is_run_dir, redact_tree, run_ids
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.metrics import RunMetrics, Series, read_local, step_key_for, wandb_run_id
+
+DEFAULT_METRICS = ("rollout/raw_reward", "eval/*")
+LOWER_IS_BETTER = ("loss", "kl", "grad_norm", "clipfrac", "truncated", "time")
+IGNORED_KEYS = ("run_id",)  # differs by construction
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    run_dir: Path | None
+    config: dict[str, Any]
+    status: dict[str, Any] = field(default_factory=dict)
+    group: str | None = None
+    metrics: RunMetrics = field(default_factory=RunMetrics)
+
+    @property
+    def state(self) -> str:
+        return str(self.status.get("state") or "unknown")
+
+    def rollouts(self) -> int | None:
+        n = self.status.get("num_rollout")
+        if isinstance(n, int):
+            return n
+        steps = [s for name, pts in self.metrics.series.items() if step_key_for(name) == "rollout/step" for s, _ in pts]
+        return int(max(steps)) + 1 if steps else None
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(w in metric.lower() for w in LOWER_IS_BETTER)
+
+
+# -- finding runs --------------------------------------------------------------------------------
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def load_record(run_dir: Path) -> RunRecord:
+    import yaml
+
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        config = {}
+    command = _read_json(run_dir / "command.json")
+    argv = command.get("argv") or []
+    group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
+    return RunRecord(run_id=command.get("run_id") or config.get("run_id") or run_dir.name, run_dir=run_dir,
+                     config=redact_tree(config), status=_read_json(run_dir / "status.json"), group=group)
+
+
+def _bad_target(target: str, runs_root: Path) -> ConfigError:
+    ids = run_ids(runs_root)
+    near = difflib.get_close_matches(target, ids, n=3, cutoff=0.5)
+    fix = f"did you mean {', '.join(near)}?" if near else f"run ids under {runs_root}: {', '.join(ids[:8]) or '(none)'}"
+    return ConfigError(target, f"not a sweep dir (multirun/<sweep> with sweep.json), a run directory or a run id "
+                               f"under {runs_root}", fix)
+
+
+def collect(targets: list[str], group: str | None, runs_root: str | Path) -> list[RunRecord]:
+    runs_root = Path(runs_root)
+    dirs: list[Path] = []
+    errors: list[ConfigError] = []
+    for t in targets:
+        p = Path(t).expanduser()
+        if (p / "sweep.json").is_file():
+            sweep = _read_json(p / "sweep.json")
+            for r in sweep.get("runs") or []:
+                rd = Path(r.get("run_dir") or "")
+                if not (r.get("run_dir") and rd.is_dir()):
+                    rd = runs_root / str(r.get("run_id"))
+                if rd.is_dir():
+                    dirs.append(rd)
+                else:
+                    errors.append(ConfigError(f"{t}: {r.get('run_id')}", "listed in sweep.json but its run directory "
+                                              f"is missing ({r.get('run_dir')})", "was the run deleted? pass "
+                                              "--runs-root if the runs live elsewhere"))
+        elif p.is_dir() and is_run_dir(p):
+            dirs.append(p)
+        elif "/" not in t and (runs_root / t).is_dir() and is_run_dir(runs_root / t):
+            dirs.append(runs_root / t)
+        else:
+            errors.append(_bad_target(t, runs_root))
+    if errors:
+        raise ConfigErrors(errors)
+    records = [load_record(d) for d in dict.fromkeys(d.resolve() for d in dirs)]
+    if group:
+        for rid in run_ids(runs_root):
+            rec = load_record(runs_root / rid)
+            if group in (rec.config.get("name"), rec.group) and rec.run_id not in {r.run_id for r in records}:
+                records.append(rec)
+    return records
+
+
+# -- the table -----------------------------------------------------------------------------------
+def varying_keys(records: list[RunRecord]) -> list[str]:
+    flat = [flatten(r.config) for r in records]
+    keys = list(dict.fromkeys(k for f in flat for k in f))
+    out = []
+    for k in keys:
+        if k in IGNORED_KEYS:
+            continue
+        values = {json.dumps(f.get(k), sort_keys=True, default=str) for f in flat}
+        if len(values) > 1:
+            out.append(k)
+    return out
+
+
+def select_metrics(patterns: list[str] | None, records: list[RunRecord]) -> list[str]:
+    names = sorted({n for r in records for n in r.metrics.series})
+    out: list[str] = []
+    for pat in patterns or DEFAULT_METRICS:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pat)] if any(c in pat for c in "*?[") else [pat]
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def summarise(points: list[tuple[float, float]], metric: str) -> dict[str, Any]:
+    pts = [(s, v) for s, v in points if not math.isnan(v)]
+    if not pts:
+        return {"final": None, "final_step": None, "best": None, "best_step": None}
+    pick = min if lower_is_better(metric) else max
+    best = pick(pts, key=lambda p: p[1])
+    return {"final": pts[-1][1], "final_step": _int(pts[-1][0]), "best": best[1], "best_step": _int(best[0])}
+
+
+def _int(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def build_table(records: list[RunRecord], metrics: list[str], sort: str | None = None,
+                desc: bool = False) -> dict[str, Any]:
+    keys = varying_keys(records)
+    rows = []
+    for r in records:
+        flat = flatten(r.config)
+        rows.append({"run_id": r.run_id, "config": {k: flat.get(k) for k in keys}, "status": r.state,
+                     "rollouts": r.rollouts(), "source": r.metrics.source,
+                     "metrics": {m: summarise(r.metrics.series.get(m, []), m) for m in metrics}})
+    if sort:
+        if sort in metrics or sort in {n for r in records for n in r.metrics.series}:
+            val = lambda row: row["metrics"].get(sort, {}).get("final") if sort in row["metrics"] else None  # noqa: E731
+            if sort not in metrics:
+                for row, r in zip(rows, records):
+                    row["metrics"][sort] = summarise(r.metrics.series.get(sort, []), sort)
+                metrics = [*metrics, sort]
+        elif sort in ("run_id", "status", "rollouts"):
+            val = lambda row: row[sort]  # noqa: E731
+        elif sort in keys:
+            val = lambda row: row["config"][sort]  # noqa: E731
+        else:
+            choices = [*metrics, "run_id", "status", "rollouts", *keys]
+            near = difflib.get_close_matches(sort, choices, n=3, cutoff=0.4)
+            raise ConfigErrors([ConfigError("--sort", f"{sort!r} is not a metric any run logged nor a column",
+                                            f"did you mean {', '.join(near)}?" if near else
+                                            f"use one of: {', '.join(choices)}", value=sort)])
+        present = [row for row in rows if val(row) is not None]
+        missing = [row for row in rows if val(row) is None]
+        present.sort(key=lambda row: (str(type(val(row))), val(row)), reverse=desc)
+        rows = present + missing  # runs without the value last, whatever the direction
+    return {"varying_keys": keys, "metrics": metrics, "rows": rows}
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, default=str)
+
+
+def columns(table: dict[str, Any]) -> list[str]:
+    cols = ["run_id", *table["varying_keys"], "status", "rollouts"]
+    for m in table["metrics"]:
+        cols += [f"{m} final", f"{m} best"]
+    return cols
+
+
+def flat_rows(table: dict[str, Any]) -> list[list[Any]]:
+    out = []
+    for row in table["rows"]:
+        cells = [row["run_id"], *[row["config"][k] for k in table["varying_keys"]], row["status"], row["rollouts"]]
+        for m in table["metrics"]:
+            cells += [row["metrics"][m]["final"], row["metrics"][m]["best"]]
+        out.append(cells)
+    return out
+
+
+def print_table(table: dict[str, Any], title: str, file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    out = file or sys.stdout
+    console = Console(file=out, highlight=False, soft_wrap=False,
+                      width=None if getattr(out, "isatty", lambda: False)() else 240)
+    t = Table(title=title, title_justify="left")
+    for c in columns(table):
+        t.add_column(c, no_wrap=c == "run_id", justify="right" if c.endswith((" final", " best", "rollouts")) else "left")
+    for cells in flat_rows(table):
+        t.add_row(*map(_cell, cells))
+    console.print(t)
+
+
+def write_csv(table: dict[str, Any], path: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(columns(table))
+        for cells in flat_rows(table):
+            w.writerow(["" if c is None else (json.dumps(c) if isinstance(c, (list, dict)) else c) for c in cells])
+
+
+def plot(records: list[RunRecord], metrics: list[str], out: str) -> dict[str, dict[str, tuple[list, list]]]:
+    """One panel per metric, one line per run; returns what was drawn: {metric: {run_id: (steps, values)}}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    drawn: dict[str, dict[str, tuple[list, list]]] = {}
+    n = max(1, len(metrics))
+    fig, axes = plt.subplots(n, 1, figsize=(8, 3.2 * n), squeeze=False)
+    for ax, m in zip(axes[:, 0], metrics or ["(no metrics)"]):
+        drawn[m] = {}
+        for r in records:
+            pts = r.metrics.series.get(m) or []
+            if not pts:
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=r.run_id)
+            drawn[m][r.run_id] = (xs, ys)
+        ax.set_title(m)
+        ax.set_xlabel(step_key_for(m))
+        ax.grid(alpha=0.3)
+        if drawn[m]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return drawn
+
+
+# -- sources -------------------------------------------------------------------------------------
+def attach_metrics(records: list[RunRecord], source: str, project: str | None = None, entity: str | None = None,
+                   group: str | None = None, base_url: str | None = None) -> list[RunRecord]:
+    if source != "wandb":
+        for r in records:
+            r.metrics = read_local(r.run_dir, source) if r.run_dir else RunMetrics(source="none")
+        return records
+    if not project:
+        raise ConfigErrors([ConfigError("--project", "--source wandb needs the W&B project",
+                                        "add --project P (and --entity E unless it is your default entity)")])
+    from trainstack.metrics import wandb_api
+
+    ids = {wandb_run_id(r.run_dir, r.run_id): r for r in records}
+    api_runs = wandb_api.fetch(project, entity, ids=list(ids) or None, group=group, base_url=base_url)
+    for ar in api_runs:
+        rec = ids.get(ar.id)
+        if rec is None:  # a run found by group that has no local directory: its W&B config is the config
+            rec = RunRecord(run_id=ar.id, run_dir=None, config=redact_tree(ar.config), group=ar.group,
+                            status={"state": ar.state})
+            records.append(rec)
+            ids[ar.id] = rec
+        rec.metrics = RunMetrics(series=ar.series, source="wandb")
+    for r in records:
+        if not r.metrics.source:
+            r.metrics = RunMetrics(source="wandb (not found)")
+    return records
+
+
+def run_compare(ns: Any, out=None) -> int:
+    out = out or sys.stdout
+    targets = list(ns.targets or [])
+    if not targets and not ns.group:
+        raise ConfigErrors([ConfigError("compare", "nothing to compare", "give a sweep dir (multirun/<sweep>), "
+                                        "run ids / run dirs, or --group G")])
+    records = collect(targets, ns.group, ns.runs_root)
+    records = attach_metrics(records, ns.source, getattr(ns, "project", None), getattr(ns, "entity", None),
+                             ns.group, getattr(ns, "base_url", None))
+    if not records:
+        raise ConfigErrors([ConfigError("--group" if ns.group else "compare", f"no runs found for group {ns.group!r} "
+                                        f"under {ns.runs_root}" if ns.group else "no runs found",
+                                        "check the group (a config `name` or --wandb-group) and --runs-root")])
+    metrics = select_metrics(ns.metric, records)
+    table = build_table(records, metrics, ns.sort, ns.desc)
+    table["source"] = ns.source
+    if ns.csv:
+        write_csv(table, ns.csv)
+    if ns.plot:
+        table["plotted"] = {m: sorted(v) for m, v in plot(records, table["metrics"], ns.plot).items()}
+    if ns.json:
+        out.write(json.dumps(table, indent=2, default=str) + "\n")
+    else:
+        what = ", ".join(targets) if targets else f"group {ns.group}"
+        print_table(table, f"{len(records)} runs ({what}; metrics from {ns.source})", out)
+        if ns.plot:
+            out.write(f"plot: {ns.plot}\n")
+        if ns.csv:
+            out.write(f"csv: {ns.csv}\n")
+    return 0
+

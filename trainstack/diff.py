@@ -1,0 +1,329 @@
+"""`trainstack diff A B`: what differs between two runs or specs, in the resolved config and the argv.
+
+A spec is one of (tried in this order):
+
+1. an override list (any token contains ``=``), e.g. ``"model=qwen3-4B algo.lr=2e-6"``: composed fresh;
+   ``default`` (or ``defaults``) is the empty list, i.e. ``python run.py``;
+2. a run directory (holds ``config.yaml`` / ``command.json``, docs/run_dir.md);
+3. a run id under ``--runs-root`` (default ``./runs``);
+4. an experiment name (``conf/experiment/<name>.yaml``): composed fresh as ``experiment=<name>``.
+
+Composed specs use ``--config-dir`` (default: the project's ``conf/``), so a change made inside a
+YAML file shows up: the resolved trees are compared, never the override lists.
+
+``--against-defaults`` (one spec): the base is the spec's experiment composed with no other
+override (``experiment=<E>``) when it has one, else the default config (``python run.py``). That
+is "what makes this run different from the recipe it started from" (Dora's delta-vs-base); for
+runs of the default config the two are the same thing.
+
+Exit status like ``diff``: 0 equal, 1 different, 2 bad input.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.render import REDACTED
+from trainstack.resolve import CONF_DIR, Origin, is_secret_name
+
+GROUPS = ("megatron", "sglang", "slime")
+DEFAULT_WORDS = ("default", "defaults")
+EXIT_EQUAL, EXIT_DIFFERENT = 0, 1
+
+
+@dataclass
+class Side:
+    """One side of a diff: a resolved config tree, where each key came from, and the rendered argv."""
+
+    spec: str
+    kind: str  # "run" | "composed"
+    label: str
+    config: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)  # dotted key -> where its value came from
+    groups: dict[str, list[str]] = field(default_factory=dict)  # megatron/sglang/slime -> argv tokens
+    arg_sources: dict[str, str] = field(default_factory=dict)  # dest -> source
+    choices: dict[str, Any] = field(default_factory=dict)
+
+    def source(self, dotted: str) -> str:
+        return self.sources.get(dotted, "")
+
+    def describe(self) -> dict[str, Any]:
+        return {"spec": self.spec, "kind": self.kind, "label": self.label, "choices": self.choices}
+
+
+# -- redaction and flattening -------------------------------------------------------------------
+def redact_tree(tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: (REDACTED if is_secret_name(str(k)) and v not in (None, "", {}) and not isinstance(v, (dict, bool))
+                    else redact_tree(v)) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [redact_tree(v) for v in tree]
+    return tree
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> {dotted.path: leaf}; lists and empty mappings are leaves."""
+    out: dict[str, Any] = {}
+    if isinstance(tree, dict) and tree:
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = tree
+    return out
+
+
+def argv_flags(tokens: list[str]) -> dict[str, str]:
+    """argv tokens of one group -> {flag: value text} (repeated flags joined with ' ; '), secrets redacted."""
+    from trainstack.argtable import load_table
+
+    table = load_table()
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        j = i + 1
+        while j < len(tokens) and not (tokens[j].startswith("--") and tokens[j] in table.flag_to_dest):
+            j += 1
+        dest = table.flag_to_dest.get(flag, flag.lstrip("-").replace("-", "_"))
+        value = " ".join(tokens[i + 1:j])
+        if value and is_secret_name(dest):
+            value = REDACTED
+        out[flag] = f"{out[flag]} ; {value}" if flag in out else value
+        i = j
+    return out
+
+
+def flag_dest(flag: str) -> str:
+    from trainstack.argtable import load_table
+
+    return load_table().flag_to_dest.get(flag, flag.lstrip("-").replace("-", "_"))
+
+
+# -- loading specs -------------------------------------------------------------------------------
+def run_ids(runs_root: Path) -> list[str]:
+    if not runs_root.is_dir():
+        return []
+    return sorted(p.name for p in runs_root.iterdir() if p.is_dir() and is_run_dir(p))
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "config.yaml").is_file() or (path / "command.json").is_file()
+
+
+def experiments(conf_dir: Path) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / "experiment").glob("*.yaml"))
+
+
+def _read_json(path: Path, default: Any) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return default
+
+
+def load_run_dir(path: Path, spec: str, conf_dir: Path) -> Side:
+    import yaml
+
+    try:
+        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
+    except OSError:
+        config = {}
+    except yaml.YAMLError as ex:
+        raise ConfigErrors([ConfigError(spec, f"{path / 'config.yaml'} is not valid YAML ({str(ex).splitlines()[0]})",
+                                        "restore the file or diff another run")]) from None
+    config.pop("hydra", None)
+    command = _read_json(path / "command.json", {})
+    provenance = _read_json(path / "provenance.json", {})
+    choices = _read_json(path / "choices.json", {})
+    try:
+        overrides = yaml.safe_load((path / "overrides.yaml").read_text(encoding="utf-8")) or []
+    except (OSError, yaml.YAMLError):
+        overrides = []
+    origin = Origin(choices=choices, overrides=[str(o) for o in overrides], conf_dir=conf_dir)
+    config = redact_tree(config)
+    sources = {}
+    for key in flatten(config):
+        head, _, dest = key.partition(".")
+        if head in ("model", "algo", "env", "args") and dest in provenance and head == _winning_layer(config, dest):
+            sources[key] = provenance[dest]
+        else:
+            sources[key] = origin.source_of(key) if choices or overrides else ""
+    groups = command.get("groups") or {}
+    return Side(spec=spec, kind="run", label=f"{path} (run dir)", config=config, sources=sources,
+                groups={g: list(groups.get(g) or []) for g in GROUPS}, arg_sources=dict(provenance), choices=choices)
+
+
+def _winning_layer(config: dict, dest: str) -> str:
+    for ns in ("args", "env", "algo", "model"):
+        if isinstance(config.get(ns), dict) and dest in config[ns]:
+            return ns
+    return ""
+
+
+def compose_side(overrides: list[str], spec: str, conf_dir: str | None, label: str | None = None) -> Side:
+    from trainstack.pipeline import build_from_overrides
+
+    run, cmd = build_from_overrides(overrides, conf_dir)
+    config = redact_tree(run.config)
+    sources = {key: run.origin.source_of(key) for key in flatten(config)}
+    for key in sources:
+        head, _, dest = key.partition(".")
+        if head in ("model", "algo", "env", "args") and run.layer_of.get(dest) == head and dest in run.provenance:
+            sources[key] = run.provenance[dest]
+    shown = " ".join(overrides) or "(no overrides: python run.py)"
+    return Side(spec=spec, kind="composed", label=label or f"{shown} (composed)", config=config, sources=sources,
+                groups={g: list(cmd.groups.get(g) or []) for g in GROUPS}, arg_sources=dict(run.provenance),
+                choices=dict(run.origin.choices))
+
+
+def load_spec(spec: str, runs_root: str | Path = "runs", config_dir: str | None = None) -> Side:
+    """A spec string -> Side (see the module docstring for the lookup order)."""
+    conf = Path(config_dir) if config_dir else CONF_DIR
+    runs_root = Path(runs_root)
+    text = spec.strip()
+    if text in DEFAULT_WORDS:
+        return compose_side([], spec, config_dir, label="defaults (python run.py, composed)")
+    try:
+        tokens = shlex.split(text)
+    except ValueError as ex:
+        raise ConfigErrors([ConfigError(spec, f"cannot split the override list ({ex})", "quote it as one argument: "
+                                        "\"model=qwen3-4B algo.lr=2e-6\"")]) from None
+    if tokens and any("=" in t for t in tokens):
+        return compose_side(tokens, spec, config_dir)
+    path = Path(text).expanduser()
+    if text and path.is_dir():
+        if not is_run_dir(path):
+            raise ConfigErrors([ConfigError(spec, f"{path} is a directory but not a run directory (no config.yaml "
+                                            "or command.json)", "give a run directory, a run id, an experiment name "
+                                            "or a quoted override list")])
+        return load_run_dir(path, spec, conf)
+    if text and "/" not in text and (runs_root / text).is_dir() and is_run_dir(runs_root / text):
+        return load_run_dir(runs_root / text, spec, conf)
+    if text in experiments(conf):
+        return compose_side([f"experiment={text}"], spec, config_dir, label=f"experiment={text} (composed)")
+    ids, exps = run_ids(runs_root), experiments(conf)
+    near = difflib.get_close_matches(text, ids + exps, n=3, cutoff=0.5)
+    fix = f"did you mean {', '.join(near)}?" if near else (
+        f"known run ids under {runs_root}: {', '.join(ids[:8]) or '(none)'}; experiments: {', '.join(exps)}")
+    raise ConfigErrors([ConfigError(spec or "''", f"not a run id (under {runs_root}), a run directory, an experiment "
+                                    "or an override list", fix + " (use --runs-root for another runs directory)")])
+
+
+def base_side(side: Side, config_dir: str | None) -> Side:
+    """What --against-defaults compares with: the spec's experiment alone, else the default config."""
+    exp = side.choices.get("experiment")
+    if exp:
+        return compose_side([f"experiment={exp}"], f"experiment={exp}", config_dir,
+                            label=f"experiment={exp} (its base, composed)")
+    return compose_side([], "defaults", config_dir, label="defaults (python run.py, composed)")
+
+
+# -- the diff ------------------------------------------------------------------------------------
+def diff_sides(a: Side, b: Side) -> dict[str, Any]:
+    fa, fb = flatten(a.config), flatten(b.config)
+    changed, added, removed = [], [], []
+    for key in sorted(set(fa) | set(fb)):
+        if key in fa and key in fb:
+            if fa[key] != fb[key] or type(fa[key]) is not type(fb[key]) and not _num_eq(fa[key], fb[key]):
+                changed.append({"key": key, "a": fa[key], "b": fb[key], "source_a": a.source(key),
+                                "source_b": b.source(key)})
+        elif key in fb:
+            added.append({"key": key, "b": fb[key], "source_b": b.source(key)})
+        else:
+            removed.append({"key": key, "a": fa[key], "source_a": a.source(key)})
+    argv: dict[str, Any] = {}
+    for g in GROUPS:
+        ga, gb = argv_flags(a.groups.get(g, [])), argv_flags(b.groups.get(g, []))
+        d = {"changed": [], "added": [], "removed": []}
+        for flag in list(dict.fromkeys([*ga, *gb])):
+            dest = flag_dest(flag)
+            if flag in ga and flag in gb:
+                if ga[flag] != gb[flag]:
+                    d["changed"].append({"flag": flag, "a": ga[flag], "b": gb[flag],
+                                         "source_a": a.arg_sources.get(dest, ""), "source_b": b.arg_sources.get(dest, "")})
+            elif flag in gb:
+                d["added"].append({"flag": flag, "b": gb[flag], "source_b": b.arg_sources.get(dest, "")})
+            else:
+                d["removed"].append({"flag": flag, "a": ga[flag], "source_a": a.arg_sources.get(dest, "")})
+        argv[g] = d
+    equal = not (changed or added or removed) and not any(v for d in argv.values() for v in d.values())
+    return {"a": a.describe(), "b": b.describe(), "equal": equal,
+            "config": {"changed": changed, "added": added, "removed": removed}, "argv": argv}
+
+
+def _num_eq(x: Any, y: Any) -> bool:
+    return isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool) \
+        and not isinstance(y, bool) and float(x) == float(y)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, str):
+        return v if v else "''"
+    return json.dumps(v, default=str)
+
+
+def format_text(result: dict[str, Any]) -> str:
+    lines = [f"--- A: {result['a']['label']}", f"+++ B: {result['b']['label']}"]
+    if result["equal"]:
+        lines.append("no differences (resolved config and slime argv are identical)")
+        return "\n".join(lines) + "\n"
+    c = result["config"]
+    lines.append(f"config: {len(c['changed'])} changed, {len(c['added'])} added, {len(c['removed'])} removed")
+    for d in c["changed"]:
+        src = d["source_a"] if d["source_a"] == d["source_b"] else f"{d['source_a'] or '?'} -> {d['source_b'] or '?'}"
+        lines.append(f"  ~ {d['key']}: {_fmt(d['a'])} -> {_fmt(d['b'])}" + (f"   [{src}]" if src else ""))
+    for d in c["added"]:
+        lines.append(f"  + {d['key']}: {_fmt(d['b'])}" + (f"   [{d['source_b']}]" if d["source_b"] else ""))
+    for d in c["removed"]:
+        lines.append(f"  - {d['key']}: {_fmt(d['a'])}" + (f"   [{d['source_a']}]" if d["source_a"] else ""))
+    for g in GROUPS:
+        d = result["argv"][g]
+        n = sum(len(v) for v in d.values())
+        if not n:
+            continue
+        lines.append(f"{g} argv: {len(d['changed'])} changed, {len(d['added'])} added, {len(d['removed'])} removed")
+        for e in d["changed"]:
+            lines.append(f"  ~ {e['flag']} {e['a'] or '(switch)'} -> {e['b'] or '(switch)'}"
+                         + (f"   [{e['source_b']}]" if e["source_b"] else ""))
+        for e in d["added"]:
+            lines.append(f"  + {e['flag']} {e['b']}".rstrip() + (f"   [{e['source_b']}]" if e["source_b"] else ""))
+        for e in d["removed"]:
+            lines.append(f"  - {e['flag']} {e['a']}".rstrip() + (f"   [{e['source_a']}]" if e["source_a"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def run_diff(a: str, b: str | None, runs_root: str = "runs", config_dir: str | None = None,
+             against_defaults: bool = False, as_json: bool = False, out=None) -> int:
+    """The `trainstack diff` command; returns the exit status (ConfigErrors propagate for exit 2)."""
+    out = out or sys.stdout
+    if against_defaults and b is not None:
+        raise ConfigErrors([ConfigError("--against-defaults", "takes one spec (it is compared with its base)",
+                                        "drop B, or drop --against-defaults to compare A with B")])
+    if not against_defaults and b is None:
+        raise ConfigErrors([ConfigError("B", "missing: diff needs two specs",
+                                        "give two specs, or one with --against-defaults")])
+    if against_defaults:
+        side_b = load_spec(a, runs_root, config_dir)
+        side_a = base_side(side_b, config_dir)
+    else:  # both specs checked, every problem reported at once
+        sides, errors = [], []
+        for spec in (a, b):
+            try:
+                sides.append(load_spec(spec, runs_root, config_dir))  # type: ignore[arg-type]
+            except ConfigErrors as err:
+                errors += err.errors
+        if errors:
+            raise ConfigErrors(errors)
+        side_a, side_b = sides
+    result = diff_sides(side_a, side_b)
+    if as_json:
+        out.write(json.dumps(result, indent=2, default=str) + "\n")
+    else:
+        out.write(format_text(result))
+    return EXIT_EQUAL if result["equal"] else EXIT_DIFFERENT

@@ -1,0 +1,173 @@
+"""One writer per run: a lease file in the run directory, safe on shared filesystems.
+
+Acquire = write our record to a private temp file and `link()` it to `lease.json`: link is
+atomic and fails if the name exists, also over NFS (unlike O_EXCL on old clients or flock).
+The holder renews the lease (heartbeat) every ttl/3 with tmp + `rename()`. A lease whose
+expiry has passed, or whose holder is a dead process on this host, can be taken over; a
+holder that finds another token in `lease.json` has lost the lease and must stop writing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+
+def hostname() -> str:
+    return os.environ.get("TRAINSTACK_HOSTNAME") or socket.gethostname()
+
+
+@dataclass
+class LeaseRecord:
+    token: str
+    host: str
+    pid: int
+    since: float
+    heartbeat: float
+    expires_at: float
+    ttl_s: float
+    epoch: int  # increases with every acquisition of this run: a fencing number
+
+    def describe(self) -> str:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        left = self.expires_at - time.time()
+        return f"host {self.host}, pid {self.pid}, since {since} (lease expires in {left:.0f} s)"
+
+
+class LeaseHeld(Exception):
+    def __init__(self, holder: LeaseRecord):
+        self.holder = holder
+        super().__init__(holder.describe())
+
+
+def _read(path: Path) -> LeaseRecord | None:
+    try:
+        return LeaseRecord(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/status") as f:
+            return not any(ln.startswith("State:") and "Z" in ln.split()[1] for ln in f)
+    except OSError:
+        return True
+
+
+def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:
+    now = time.time() if now is None else now
+    if now > rec.expires_at:
+        return True
+    return rec.host == hostname() and not _pid_alive(rec.pid)
+
+
+class Lease:
+    """A held lease; keep it alive with start_heartbeat(), give it back with release()."""
+
+    def __init__(self, path: Path, record: LeaseRecord):
+        self.path = path
+        self.record = record
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost = threading.Event()
+
+    @classmethod
+    def acquire(cls, path: str | Path, ttl_s: float = 60.0, attempts: int = 5) -> "Lease":
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        seen_epoch = 0
+        for _ in range(attempts):
+            current = _read(path)
+            seen_epoch = max(seen_epoch, current.epoch if current else 0)
+            now = time.time()
+            rec = LeaseRecord(token=secrets.token_hex(16), host=hostname(), pid=os.getpid(), since=now,
+                              heartbeat=now, expires_at=now + ttl_s, ttl_s=ttl_s, epoch=seen_epoch + 1)
+            tmp = path.with_name(f".lease.{rec.token}")
+            tmp.write_text(json.dumps(asdict(rec)))
+            try:
+                os.link(tmp, path)
+                return cls(path, rec)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
+            current = _read(path)
+            if current is None:  # vanished or being replaced: try again
+                time.sleep(0.05)
+                continue
+            if not is_stale(current):
+                raise LeaseHeld(current)
+            seen_epoch = max(seen_epoch, current.epoch)
+            cls._evict(path, current)
+        current = _read(path)
+        if current is not None:
+            raise LeaseHeld(current)
+        raise RuntimeError(f"could not acquire {path} after {attempts} attempts")
+
+    @staticmethod
+    def _evict(path: Path, stale: LeaseRecord) -> None:
+        """Move a stale lease aside; if a fresh one got there first, put it back."""
+        aside = path.with_name(f".lease.stale.{stale.token}.{secrets.token_hex(4)}")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return
+        moved = _read(aside)
+        if moved is not None and moved.token != stale.token:
+            try:
+                os.link(aside, path)  # restore the lease we should not have touched
+            except FileExistsError:
+                pass
+        aside.unlink(missing_ok=True)
+
+    def holds(self) -> bool:
+        cur = _read(self.path)
+        return cur is not None and cur.token == self.record.token
+
+    def renew(self) -> bool:
+        if not self.holds():
+            self.lost.set()
+            return False
+        now = time.time()
+        self.record.heartbeat, self.record.expires_at = now, now + self.record.ttl_s
+        tmp = self.path.with_name(f".lease.{self.record.token}.renew")
+        tmp.write_text(json.dumps(asdict(self.record)))
+        os.replace(tmp, self.path)
+        return True
+
+    def start_heartbeat(self, on_lost: Callable[[], None] | None = None) -> None:
+        interval = max(self.record.ttl_s / 3.0, 0.2)
+
+        def beat() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    ok = self.renew()
+                except OSError:
+                    ok = True  # a transient FS error: the lease stays valid until expiry
+                if not ok:
+                    if on_lost:
+                        on_lost()
+                    return
+
+        self._thread = threading.Thread(target=beat, name="trainstack-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=5)
+        if self.holds():
+            self.path.unlink(missing_ok=True)

@@ -1,0 +1,138 @@
+"""Check and normalise command-line overrides before Hydra sees them.
+
+Hydra rejects `args.rollout_batch_size=64` unless the key already exists (struct mode) and
+its message names neither slime nor a fix; slime itself would silently ignore a misspelled
+flag. So every override key is checked here against slime's table and trainstack's schema:
+valid dests are rewritten to `++ns.dest=value` (add or override), anything unknown is an error
+with a did-you-mean, and nothing runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from trainstack import argtable as at
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
+
+# Hydra flags that take a value (the next token is not an override).
+_VALUE_FLAGS = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name",
+                "-cd", "--config-dir", "--experimental-rerun", "-i", "--info"}
+_OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
+_FREE_MAPS = {"runtime_env.env_vars", "cluster.extra"}  # user-named keys
+
+
+@lru_cache(maxsize=None)
+def group_options(conf_dir: str, group: str) -> tuple[str, ...]:
+    d = Path(conf_dir) / group
+    return tuple(sorted(p.stem for p in d.glob("*.yaml"))) if d.is_dir() else ()
+
+
+def _simple_values(value: str) -> list[str] | None:
+    """Values of a plain `a,b,c` sweep; None for sweep functions like glob(...)/choice(...)."""
+    if "(" in value or "[" in value or "$" in value:
+        return None
+    return [v.strip() for v in value.split(",")]
+
+
+def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str, ConfigError | None]:
+    m = _OVERRIDE.match(token)
+    if not m:
+        return token, None  # let Hydra's own parser explain
+    prefix, key, value = m.group("prefix") or "", m.group("key"), m.group("value")
+    head, _, rest = key.partition(".")
+    if key.startswith("hydra") or "@" in key or "/" in key:
+        return token, None
+    if key == "resume" and value is not None and prefix == "":  # shorthand: resume=never
+        return f"resume.mode={value}", None
+    if head in GROUPS and not rest:  # group choice: model=qwen3-4B
+        options = group_options(conf_dir, head)
+        vals = _simple_values(value or "")
+        if prefix == "~" or vals is None or has_searchpath or value in ("null", ""):
+            return token, None
+        for v in vals:
+            if v not in options:
+                close = difflib.get_close_matches(v, options, n=3, cutoff=0.5)
+                fix = (f"did you mean {head}={close[0]}?" if close else "") + f" available: {', '.join(options)}"
+                return token, ConfigError(head, f"no {head} preset named '{v}'", fix.strip(), value=v,
+                                          source=f"command line `{token}`")
+        return token, None
+    if head not in ROOT_KEYS:
+        table = at.load_table()
+        cand = table.suggest(key)
+        if cand:
+            fix = f"slime arguments go under args.: did you mean 'args.{cand[0]}={value}'?"
+        else:
+            close = difflib.get_close_matches(head, sorted(ROOT_KEYS - {'hydra'}), n=3, cutoff=0.6)
+            fix = at.did_you_mean(close) or "top-level keys: " + ", ".join(sorted(ROOT_KEYS - {"hydra"}))
+        return token, ConfigError(key, "unknown config key", fix, source=f"command line `{token}`")
+    if head in DEST_NAMESPACES:
+        if not rest:
+            return token, None
+        dest = rest.split(".", 1)[0]
+        if dest == "meta":
+            return token, None
+        table = at.load_table()
+        if dest not in table or "." in rest:
+            cand = table.suggest(dest)
+            fix = at.did_you_mean(cand, f"{head}.") or "this is not one of slime's 1390 arguments; see docs/config.md"
+            return token, ConfigError(key, "not a slime argument (slime would silently ignore it)", fix,
+                                      value=value, source=f"command line `{token}`")
+        if prefix in ("", "+"):
+            return f"++{key}={value}" if value is not None else token, None
+        return token, None
+    if head in ROOT_SECTIONS and rest:
+        field_name, _, sub = rest.partition(".")
+        names = [f.name for f in dataclasses.fields(ROOT_SECTIONS[head])]
+        if field_name not in names:
+            close = difflib.get_close_matches(field_name, names, n=3, cutoff=0.6)
+            fix = at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
+            return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{token}`")
+        if sub and f"{head}.{field_name}" in _FREE_MAPS and prefix in ("", "+") and value is not None:
+            return f"++{key}={value}", None
+    return token, None
+
+
+def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
+    """Return argv with dest overrides rewritten; raise ConfigErrors for unknown keys."""
+    out, errors = [], []
+    has_searchpath = any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in argv)
+    skip = False
+    for tok in argv:
+        if skip:
+            out.append(tok)
+            skip = False
+            continue
+        if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1 and tok[1:2].isalpha() or tok.startswith("--"):
+            out.append(tok)
+            skip = tok in _VALUE_FLAGS and tok not in ("-i", "--info")
+            continue
+        new, err = check_override(tok, conf_dir, has_searchpath)
+        out.append(new)
+        if err:
+            errors.append(err)
+    if not errors:
+        errors = syntax_errors([t for t in out if not t.startswith("-")])
+    if errors:
+        raise ConfigErrors(errors)
+    return out
+
+
+def syntax_errors(overrides: list[str]) -> list[ConfigError]:
+    """Hydra's own override grammar, reported our way (one message, exit 2)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    errors = []
+    for tok in overrides:
+        try:
+            parser.parse_override(tok)
+        except HydraException as ex:
+            errors.append(ConfigError(tok.split("=", 1)[0].lstrip("+~"), "cannot parse this override: " + str(ex).splitlines()[0],
+                                      "write key=value (quote values with spaces or brackets in your shell)",
+                                      value=tok, source="command line"))
+    return errors

@@ -1,0 +1,48 @@
+"""compose -> resolve -> validate -> render, as one call for the app, the CLI and tests."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.render import SlimeCommand, render
+from trainstack.resolve import CONF_DIR, Origin, ResolvedRun, resolve
+from trainstack.validate import validate
+
+
+def build(cfg: Any, origin: Origin) -> tuple[ResolvedRun, SlimeCommand]:
+    """Resolve, validate and render a composed config; raises ConfigErrors with every problem."""
+    run = resolve(cfg, origin)
+    errors = validate(run)
+    if errors:
+        raise ConfigErrors(errors)
+    return run, render(run)
+
+
+def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple[Any, Origin]:
+    """Compose the real config tree with Hydra's compose API (same overrides as run.py)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from trainstack.overrides import normalise_argv
+
+    conf = str(conf_dir or CONF_DIR)
+    normalised = normalise_argv(list(overrides), conf)
+    try:
+        with initialize_config_dir(config_dir=conf, version_base="1.3", job_name="trainstack"):
+            cfg = hydra_compose(config_name="config", overrides=normalised, return_hydra_config=True)
+    except HydraException as ex:
+        raise ConfigErrors([ConfigError("overrides", str(ex).splitlines()[0], "check the override syntax "
+                                        "(key=value, group=option, +key=value)", value=" ".join(overrides))]) from None
+    origin = Origin(choices={k: v for k, v in OmegaConf.to_container(cfg.hydra.runtime.choices).items()
+                             if not k.startswith("hydra")},
+                    overrides=list(cfg.hydra.overrides.task))
+    origin.conf_dir = CONF_DIR if conf_dir is None else type(CONF_DIR)(conf)
+    with_hydra_removed = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    return with_hydra_removed, origin
+
+
+def build_from_overrides(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple[ResolvedRun, SlimeCommand]:
+    cfg, origin = compose(overrides, conf_dir)
+    return build(cfg, origin)

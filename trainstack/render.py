@@ -1,0 +1,134 @@
+"""ResolvedRun -> SlimeCommand: slime's exact argv, grouped, plus the runtime env.
+
+Rendering is by dest with argparse's semantics (store_true/store_false/--[no-]x/nargs/append/
+json), in the argument table's order within each group so output is deterministic whatever
+order the YAML files use. Full flag names only (SGLang would accept abbreviations).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trainstack import argtable as at
+from trainstack.resolve import PROJECT_ROOT, ResolvedRun, is_secret_name, wandb_run_id
+
+REDACTED = "<redacted>"
+RAY_ADDRESS = "http://127.0.0.1:8265"
+TINY_MODULE = "trainstack.tiny.train"
+
+
+@dataclass
+class SlimeCommand:
+    """The process to start: entrypoint + argv, its environment and working directory."""
+
+    entrypoint: list[str]  # e.g. ["python3", "/abs/slime/train.py"]
+    groups: dict[str, list[str]]  # megatron / sglang / slime -> argv tokens
+    env: dict[str, str]  # runtime env for the trainer (Ray runtime_env env_vars)
+    cwd: str
+    backend: str
+    run_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def argv(self) -> list[str]:
+        return [tok for g in at.GROUPS for tok in self.groups.get(g, [])]
+
+    def full_argv(self) -> list[str]:
+        return [*self.entrypoint, *self.argv]
+
+    def redacted_env(self) -> dict[str, str]:
+        return {k: (REDACTED if is_secret_name(k) else v) for k, v in self.env.items()}
+
+    def ray_submit_argv(self, address: str = RAY_ADDRESS) -> list[str]:
+        runtime_env = {"env_vars": self.redacted_env()}
+        return ["ray", "job", "submit", f"--address={address}",
+                f"--runtime-env-json={json.dumps(runtime_env, sort_keys=True)}", "--", *self.full_argv()]
+
+    def shell_line(self) -> str:
+        """Copy-pastable command (secrets redacted): a Ray job for slime, a plain process for tiny."""
+        if self.backend == "tiny":
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.redacted_env().items()))
+            return f"cd {shlex.quote(self.cwd)} && env {env} " + shlex.join(self.full_argv())
+        return shlex.join(self.ray_submit_argv())
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["env"] = self.redacted_env()
+        d["argv"] = self.argv
+        d["ray_submit"] = self.ray_submit_argv() if self.backend == "slime" else None
+        return d
+
+
+def format_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def render_dest(spec: at.ArgSpec, value: Any) -> list[str]:
+    """Tokens for one dest; [] when the value means 'leave slime's default'."""
+    if value is None:
+        return []
+    if spec.kind == at.STORE_TRUE:
+        return [spec.flag] if value else []
+    if spec.kind == at.STORE_FALSE:
+        return [spec.flag] if value is False else []
+    if spec.kind == at.BOOL_OPTIONAL:
+        return [spec.flag] if value else [spec.no_flag or spec.flag]
+    if spec.value_kind == at.JSON:
+        return [spec.flag, value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))]
+    if spec.kind == at.APPEND:
+        out: list[str] = []
+        for v in value if isinstance(value, list) else [value]:
+            out += [spec.flag, format_value(v)]
+        return out
+    if isinstance(value, list):
+        return [spec.flag, *map(format_value, value)]
+    return [spec.flag, format_value(value)]
+
+
+def render_args(args: dict[str, Any]) -> dict[str, list[str]]:
+    table = at.load_table()
+    groups: dict[str, list[str]] = {g: [] for g in at.GROUPS}
+    for dest, spec in table.specs.items():  # table order: deterministic, independent of YAML order
+        if dest in args:
+            groups[spec.group] += render_dest(spec, args[dest])
+    return groups
+
+
+def runtime_env(run: ResolvedRun) -> dict[str, str]:
+    """Env for the trainer processes (upstream scripts' runtime-env-json, plus trainstack's own)."""
+    pythonpath = [str(PROJECT_ROOT)]  # trainstack + plugins/ (custom functions by dotted path)
+    env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
+    if run.cluster.backend == "slime":
+        if run.slime.megatron_root:
+            pythonpath.insert(0, run.slime.megatron_root)
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        if run.cluster.has_nvlink is not None and "NCCL_ALGO" not in run.runtime_env.env_vars:
+            env["NCCL_NVLS_ENABLE"] = "1" if run.cluster.has_nvlink else "0"
+    pythonpath += run.runtime_env.pythonpath
+    env["PYTHONPATH"] = ":".join(dict.fromkeys(pythonpath))
+    if run.args.get("use_tensorboard"):
+        env["TENSORBOARD_DIR"] = f"{run.run_dir}/tensorboard"
+    if run.args.get("use_wandb"):  # one W&B run per run_id, continued across restarts
+        env["WANDB_RUN_ID"] = wandb_run_id(run.run_id)
+        env["WANDB_RESUME"] = "allow"
+    env.update(run.runtime_env.env_vars)
+    return env
+
+
+def render(run: ResolvedRun) -> SlimeCommand:
+    if run.cluster.backend == "tiny":
+        entry = [sys.executable, "-m", TINY_MODULE]
+        cwd = str(PROJECT_ROOT)
+    else:
+        entry = ["python3", f"{run.slime.root.rstrip('/')}/{run.entrypoint}"]
+        cwd = run.slime.root
+    return SlimeCommand(entrypoint=entry, groups=render_args(run.args), env=runtime_env(run), cwd=cwd,
+                        backend=run.cluster.backend, run_id=run.run_id,
+                        meta={"slime_commit": at.load_table().slime_commit, "name": run.name})

@@ -1,0 +1,438 @@
+"""Composed Hydra config -> ResolvedRun: one flat, typed, absolute map of slime dests.
+
+Precedence of dests: model < algo < env < cluster-derived < args. Every value remembers where
+it came from (a group file, an experiment, the command line, or trainstack's derivation) so
+errors can say so.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from trainstack import argtable as at
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.schema import (
+    DEST_NAMESPACES,
+    ResumeSpec,
+    TrackingSpec,
+    ROOT_KEYS,
+    ROOT_SCALARS,
+    ROOT_SECTIONS,
+    ClusterSpec,
+    PathsSpec,
+    RuntimeEnvSpec,
+    SlimeSpec,
+    check_value,
+    to_typed,
+    unknown_key_error,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = PROJECT_ROOT / "conf"
+
+# Dests whose values are filesystem paths (rendered absolute: Ray workers run in a temp dir).
+PATH_DESTS = frozenset({
+    "hf_checkpoint", "ref_load", "load", "save", "prompt_data", "critic_load", "critic_save",
+    "opd_teacher_load", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config",
+    "dump_details", "wandb_dir", "save_hf", "tokenizer_model", "data_path",
+})
+# nargs lists whose odd positions are paths (`--eval-prompt-data name path [name path ...]`).
+PAIRED_PATH_DESTS = frozenset({"eval_prompt_data"})
+
+# Keys that do not change what is learned: resource layout, parallelism, performance knobs,
+# logging and paths. They are left out of the run_id hash so moving a run to more GPUs or
+# renaming a directory keeps its identity (and its checkpoints).
+NON_TRAINING_PREFIXES = (
+    "sglang_", "router_", "wandb_", "tb_", "tensorboard", "recompute_", "log_", "moe_token_dispatcher",
+)
+NON_TRAINING_DESTS = frozenset({
+    "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine",
+    "num_gpus_per_node", "colocate", "offload", "offload_train", "offload_rollout",
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
+    "use_dynamic_batch_size", "max_tokens_per_gpu", "log_probs_max_tokens_per_gpu", "micro_batch_size",
+    "balance_data", "use_wandb", "use_tensorboard", "save_interval", "eval_interval", "keep_old_actor",
+    "async_save", "prefill_num_servers", "accumulate_allreduce_grads_in_fp32", "attention_backend",
+    "hf_checkpoint", "ref_load", "load", "save", "prompt_data", "eval_prompt_data",
+    "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
+    # run length: raising it is "continue for N more rollouts" of the same run
+    "num_rollout", "num_epoch",
+})
+
+# Names that hold credentials: slime's wandb_key, SGLang/router API keys and passwords, and the
+# usual environment variables (WANDB_API_KEY, HF_TOKEN, ...).
+_SECRET_WORDS = ("api_key", "api_keys", "password", "secret", "passwd")
+_SECRET_EXACT = frozenset({"wandb_key", "hf_token", "huggingface_token", "token", "key"})
+
+
+def is_secret_name(name: str) -> bool:
+    n = name.lower()
+    return n in _SECRET_EXACT or n.endswith(("_token", "_api_key")) and not n.endswith(
+        ("_pad_token", "_eod_token", "_prefix_token", "_middle_token", "_suffix_token", "bos_token",
+         "first_token", "per_token")) or any(w in n for w in _SECRET_WORDS)
+
+
+@lru_cache(maxsize=32)
+def _experiment_tree(path: str) -> dict:
+    """An experiment file's keys, unresolved (its interpolations point into the full config)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f) or {}
+    except OSError:
+        return {}
+
+
+@dataclass
+class Origin:
+    """What Hydra knows about how the config was made."""
+
+    choices: dict[str, str | None] = field(default_factory=dict)  # group -> option
+    overrides: list[str] = field(default_factory=list)  # task overrides as given (after our rewrite)
+    cwd: str = field(default_factory=os.getcwd)
+    conf_dir: Path = CONF_DIR
+
+    @classmethod
+    def from_hydra(cls, hydra_node: Any, cwd: str | None = None) -> "Origin":
+        choices = dict(hydra_node.runtime.choices) if hydra_node.runtime.choices else {}
+        return cls(choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
+                   overrides=list(hydra_node.overrides.task),
+                   cwd=cwd or hydra_node.runtime.cwd or os.getcwd())
+
+    def override_keys(self) -> dict[str, str]:
+        """dotted key -> the override text, as the user would recognise it."""
+        out = {}
+        for o in self.overrides:
+            if "=" not in o:
+                continue
+            key, _ = o.split("=", 1)
+            key = key.lstrip("+~")
+            out[key] = o.lstrip("+")
+        return out
+
+    def group_file(self, group: str) -> str:
+        opt = self.choices.get(group)
+        return f"conf/{group}/{opt}.yaml" if opt else ""
+
+    def experiment_sets(self, dotted: str) -> bool:
+        exp = self.choices.get("experiment")
+        if not exp:
+            return False
+        node: Any = _experiment_tree(str(self.conf_dir / "experiment" / f"{exp}.yaml"))
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False
+            node = node[part]
+        return True
+
+    def source_of(self, dotted: str) -> str:
+        """Where the value at ``dotted`` came from: command line > experiment > group file > primary."""
+        ov = self.override_keys()
+        if dotted in ov:
+            return f"command line `{ov[dotted]}`"
+        if self.experiment_sets(dotted):
+            return f"conf/experiment/{self.choices['experiment']}.yaml"
+        head = dotted.split(".", 1)[0]
+        if head in self.choices and self.choices.get(head):
+            return self.group_file(head)
+        return "conf/config.yaml"
+
+
+@dataclass
+class ResolvedRun:
+    """Everything needed to render and launch one slime run."""
+
+    name: str
+    run_id: str
+    args: dict[str, Any]  # dest -> value, None meaning "not emitted"
+    provenance: dict[str, str]  # dest -> where it came from
+    cluster: ClusterSpec
+    paths: PathsSpec
+    slime: SlimeSpec
+    runtime_env: RuntimeEnvSpec
+    entrypoint: str
+    meta: dict[str, dict]  # model/algo/env meta blocks
+    origin: Origin
+    config: dict  # the whole resolved config tree (plain containers), for saving and diffing
+    run_dir: str = ""
+    resume: ResumeSpec = field(default_factory=ResumeSpec)
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    warnings: list[str] = field(default_factory=list)
+    layer_of: dict[str, str] = field(default_factory=dict)  # dest -> model | algo | env | args
+
+    def source(self, dest: str) -> str:
+        return self.provenance.get(dest, "slime default")
+
+    def key(self, dest: str) -> str:
+        """How the user addresses a dest: the namespace it was set in, else args."""
+        return f"{self.layer_of.get(dest, 'args')}.{dest}"
+
+
+def absolute(path: str, cwd: str) -> str:
+    if not isinstance(path, str) or "://" in path:
+        return path
+    p = Path(os.path.expanduser(path))
+    return str(p if p.is_absolute() else (Path(cwd) / p).resolve())
+
+
+def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> list[ConfigError]:
+    """Type, nargs and choices of one dest value, as slime's argparse would judge the rendered token."""
+    if value is None:
+        return []
+    bad = lambda problem, fix: [ConfigError(key, problem, fix, value=value, source=source)]  # noqa: E731
+    if spec.kind in (at.STORE_TRUE, at.STORE_FALSE, at.BOOL_OPTIONAL):
+        if not isinstance(value, bool):
+            return bad(f"{spec.flag} is a switch: expected true or false", f"set {key}=true or {key}=false")
+        return []
+    values = value if isinstance(value, list) else [value]
+    if spec.is_list:
+        if not isinstance(value, list):
+            return bad(f"{spec.flag} takes a list", f"write {key}=[a,b]")
+        if spec.nargs == "+" and not value:
+            return bad(f"{spec.flag} needs at least one value", f"give values or set {key}=null")
+    elif isinstance(value, list) and spec.value_kind not in (at.JSON, at.ANY):
+        return bad(f"{spec.flag} takes one value, not a list", f"give a single {spec.value_kind}")
+    if spec.value_kind == at.JSON:
+        try:
+            json.dumps(value)
+        except TypeError:
+            return bad("not JSON-serialisable", "give a mapping/list of plain values")
+        return []
+    for v in values:
+        kind = spec.value_kind
+        ok = {
+            at.INT: isinstance(v, int) and not isinstance(v, bool),
+            at.FLOAT: isinstance(v, (int, float)) and not isinstance(v, bool),
+            at.STR: isinstance(v, (str, int, float)) and not isinstance(v, bool),
+            at.BOOL: isinstance(v, bool),
+            at.ANY: not isinstance(v, dict),
+        }.get(kind, True)
+        if not ok:
+            return bad(f"{spec.flag} expects {kind}, got {type(v).__name__}", f"set {key} to a {kind}")
+        if kind == at.BOOL and v is False and not spec.is_list:
+            return bad(f"{spec.flag} uses argparse type=bool, which reads any value as true",
+                       f"remove {key} (its default is {spec.default!r})")
+    choices = spec.choice_values()
+    if choices is not None:
+        for v in values:
+            if v not in choices:
+                return bad(f"{spec.flag} must be one of: {', '.join(map(str, choices))}",
+                           f"pick one of the allowed values for {key}")
+    return []
+
+
+def _plain(node: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if node is not None else None
+
+
+def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigError]]:
+    """actor/rollout GPU layout from the cluster, unless the user set it in args."""
+    out: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    train_only = bool(layered.get("debug_train_only"))
+    rollout_only = bool(layered.get("debug_rollout_only"))
+    out["actor_num_nodes"] = cluster.num_nodes
+    out["actor_num_gpus_per_node"] = cluster.gpus_per_node
+    if cluster.colocate and not train_only:
+        out["colocate"] = True
+        if cluster.gpus_per_node < 8:  # slime#2012: engines bind to the head IP otherwise
+            out["num_gpus_per_node"] = cluster.gpus_per_node
+    elif not train_only and not rollout_only:
+        rollout = cluster.rollout_num_gpus
+        if rollout is None:
+            errors.append(ConfigError(
+                "cluster.rollout_num_gpus", "training and rollout are on separate GPUs (cluster.colocate=false) "
+                "but nothing says how many GPUs the SGLang engines get",
+                "set cluster.rollout_num_gpus=N, or cluster.colocate=true", related={"cluster.colocate": False}))
+        elif cluster.num_nodes == 1 and not 0 < rollout < cluster.gpus_per_node:
+            errors.append(ConfigError(
+                "cluster.rollout_num_gpus", f"on one node with {cluster.gpus_per_node} GPUs, {rollout} rollout GPUs "
+                "leave none (or a negative number) for training", f"use 1..{cluster.gpus_per_node - 1}, or "
+                "cluster.colocate=true", value=rollout))
+        elif cluster.num_nodes == 1:
+            out["actor_num_gpus_per_node"] = cluster.gpus_per_node - rollout
+            out["rollout_num_gpus"] = rollout
+        elif rollout % cluster.gpus_per_node == 0:
+            out["actor_num_nodes"] = cluster.num_nodes - rollout // cluster.gpus_per_node
+            out["rollout_num_gpus"] = rollout
+        else:
+            errors.append(ConfigError(
+                "cluster.rollout_num_gpus", "on several nodes, rollout must take whole nodes",
+                f"use a multiple of cluster.gpus_per_node ({cluster.gpus_per_node})", value=rollout))
+    return out, errors
+
+
+# Paths whose *names* identify what is trained (the base model, the data) though their
+# location does not: hashed by basename.
+IDENTITY_PATH_DESTS = ("hf_checkpoint", "ref_load", "prompt_data")
+
+
+def config_hash(args: dict[str, Any], extra: dict[str, Any]) -> str:
+    relevant = {k: v for k, v in args.items()
+                if v is not None and k not in NON_TRAINING_DESTS and not k.startswith(NON_TRAINING_PREFIXES)}
+    for dest in IDENTITY_PATH_DESTS:
+        if isinstance(args.get(dest), str):
+            relevant[dest] = os.path.basename(args[dest].rstrip("/"))
+    blob = json.dumps({"args": relevant, **extra}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
+    """Turn a composed config into a ResolvedRun or raise ConfigErrors listing every problem."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    table = at.load_table()
+    errors: list[ConfigError] = []
+    try:
+        tree = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as ex:  # a broken ${...}: name the key, never a traceback
+        key = getattr(ex, "full_key", "") or "config"
+        raise ConfigErrors([ConfigError(str(key), f"cannot resolve: {getattr(ex, 'msg', ex)}",
+                                        "fix the interpolation or set the value it points to")]) from None
+    tree.pop("hydra", None)
+
+    for key in tree:
+        if key not in ROOT_KEYS:
+            errors.append(unknown_key_error(key, ROOT_KEYS - {"hydra"}, "", origin.source_of(key)))
+    for key, tp in ROOT_SCALARS.items():
+        if key in tree and not check_value(tp, tree[key]):
+            errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})", f"set {key} correctly",
+                                      value=tree[key], source=origin.source_of(key)))
+
+    typed: dict[str, Any] = {}
+    for section, cls in ROOT_SECTIONS.items():
+        node = tree.get(section) or {}
+        if not isinstance(node, dict):
+            errors.append(ConfigError(section, "must be a mapping", f"check {origin.source_of(section)}"))
+            continue
+        obj, errs = to_typed(cls, node, f"{section}.", origin.source_of)
+        typed[section] = obj
+        errors += errs
+
+    # Flat dest layers.
+    layers: dict[str, dict[str, Any]] = {}
+    meta: dict[str, dict] = {}
+    for ns in DEST_NAMESPACES:
+        node = tree.get(ns) or {}
+        if not isinstance(node, dict):
+            errors.append(ConfigError(ns, "must be a mapping of slime dests", f"check {origin.source_of(ns)}"))
+            continue
+        node = dict(node)
+        meta[ns] = node.pop("meta", None) or {}
+        for dest in list(node):
+            if dest not in table:
+                cand = table.suggest(dest)
+                errors.append(ConfigError(
+                    f"{ns}.{dest}", "not a slime argument (slime would silently ignore it)",
+                    at.did_you_mean(cand, f"{ns}.") or "see `trainstack args --search WORD` for slime's dests",
+                    source=origin.source_of(f"{ns}.{dest}")))
+                node.pop(dest)
+        layers[ns] = node
+
+    cluster: ClusterSpec | None = typed.get("cluster")
+    paths: PathsSpec | None = typed.get("paths")
+    if errors or cluster is None or paths is None:
+        raise ConfigErrors(errors)
+
+    merged: dict[str, Any] = {}
+    provenance: dict[str, str] = {}
+    layer_of: dict[str, str] = {}
+    for ns in ("model", "algo", "env"):
+        for dest, value in layers[ns].items():
+            merged[dest] = value
+            layer_of[dest] = ns
+            provenance[dest] = origin.source_of(f"{ns}.{dest}")
+    derived, derr = derive_cluster_args(cluster, {**merged, **layers["args"]})
+    errors += derr
+    for dest, value in derived.items():
+        merged[dest] = value
+        layer_of[dest] = "args"
+        provenance[dest] = f"derived from cluster={cluster.name} (conf/cluster/{origin.choices.get('cluster')}.yaml)"
+    for dest, value in layers["args"].items():
+        merged[dest] = value
+        layer_of[dest] = "args"
+        provenance[dest] = origin.source_of(f"args.{dest}")
+
+    # Types and choices, against slime's table.
+    for dest, value in merged.items():
+        errors += check_dest_value(table[dest], value, f"{layer_of[dest]}.{dest}", provenance[dest])
+
+    # Secrets never live in configs: they would land in saved configs and printed commands.
+    for dest, value in merged.items():
+        if value and is_secret_name(dest) and isinstance(value, str):
+            env_name = "WANDB_API_KEY" if dest.startswith("wandb") else dest.upper()
+            errors.append(ConfigError(
+                f"{layer_of[dest]}.{dest}", "secrets must not be put in configs (they end up in saved "
+                "configs, logs and command lines)", f"export {env_name}=... in the launching shell instead; "
+                "trainstack passes it through the runtime environment", value="<redacted>",
+                source=provenance[dest]))
+    if errors:
+        raise ConfigErrors(errors)
+
+    # Absolute paths.
+    for dest in list(merged):
+        v = merged[dest]
+        if v is None:
+            continue
+        if dest in PATH_DESTS:
+            merged[dest] = absolute(v, origin.cwd)
+        elif dest in PAIRED_PATH_DESTS and isinstance(v, list):
+            merged[dest] = [absolute(x, origin.cwd) if i % 2 == 1 or len(v) == 1 else x for i, x in enumerate(v)]
+    paths = PathsSpec(**{k: absolute(getattr(paths, k), origin.cwd) for k in ("runs_root", "models_root", "data_root")})
+    slime: SlimeSpec = typed["slime"]
+    slime = SlimeSpec(root=absolute(slime.root, origin.cwd),
+                      megatron_root=absolute(slime.megatron_root, origin.cwd) if slime.megatron_root else None,
+                      entrypoint=slime.entrypoint)
+    entrypoint = slime.entrypoint or meta.get("algo", {}).get("entrypoint") or "train.py"
+    runtime_env: RuntimeEnvSpec = typed["runtime_env"]
+    runtime_env = RuntimeEnvSpec(env_vars={str(k): str(v) for k, v in runtime_env.env_vars.items()},
+                                 pythonpath=[absolute(p, origin.cwd) for p in runtime_env.pythonpath])
+
+    name = tree.get("name") or "-".join(
+        str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
+    digest = config_hash(merged, {"entrypoint": entrypoint, "backend": cluster.backend})
+    run_id = tree.get("run_id") or f"{name}-{digest}"
+    bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    if bad_chars:
+        raise ConfigErrors([ConfigError("run_id", f"contains {''.join(sorted(bad_chars))!r}; run ids name "
+                                        "directories, W&B runs and SLURM jobs", "use letters, digits, '.', '_' and '-'",
+                                        value=run_id, source=origin.source_of("run_id"))])
+    run_dir = str(Path(paths.runs_root) / run_id)
+
+    # Run identity, managed by trainstack wherever the user did not set the dest:
+    # --load = --save = the run's checkpoint dir (the tracker file decides resume), metrics in the
+    # run dir, one W&B run per run_id (ids go in the env, see render.runtime_env).
+    tracking: TrackingSpec = typed["tracking"]
+    managed: dict[str, Any] = {"save": str(Path(run_dir) / "checkpoints"), "load": str(Path(run_dir) / "checkpoints")}
+    if tracking.tensorboard:
+        managed["use_tensorboard"] = True
+    if merged.get("use_wandb"):
+        managed.update(wandb_group=name, wandb_random_suffix=False, wandb_dir=str(Path(run_dir) / "wandb"))
+        if tracking.wandb_project:
+            managed["wandb_project"] = tracking.wandb_project
+    for dest, value in managed.items():
+        if dest not in merged:
+            merged[dest] = value
+            provenance[dest] = f"trainstack: run identity of {run_id}"
+            layer_of[dest] = "args"
+
+    return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
+                       paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
+                       origin=origin, config=tree, run_dir=run_dir, layer_of=layer_of,
+                       resume=typed["resume"], tracking=tracking)
+
+
+def wandb_run_id(run_id: str) -> str:
+    """W&B run ids: at most 64 characters, none of / \\ # ? % :."""
+    if len(run_id) <= 64:
+        return run_id
+    return run_id[:55] + "-" + hashlib.sha1(run_id.encode()).hexdigest()[:8]

@@ -1,0 +1,83 @@
+"""What relaunching a run_id does: start fresh, resume from the latest complete checkpoint,
+report it finished, or refuse (changed training config, partial checkpoint, policy).
+
+slime decides resume by the tracker file in --load; trainstack checks, before launching, that
+what slime will load is complete and belongs to the same training config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainstack.checkpoints import CheckpointState, inspect
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES, ResolvedRun
+from trainstack.rundir import RunDir
+
+FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
+
+
+@dataclass
+class ResumePlan:
+    action: str  # fresh | resume | finished
+    checkpoint: CheckpointState
+    from_rollout: int = 0  # the first rollout the trainer will run
+    num_rollout: int | None = None
+    changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
+
+    def describe(self) -> str:
+        if self.action == FRESH:
+            return "fresh start (no checkpoint yet)"
+        if self.action == FINISHED:
+            return (f"finished: checkpoint at rollout {self.checkpoint.latest_complete} covers num_rollout "
+                    f"{self.num_rollout}")
+        return f"resuming from rollout {self.checkpoint.latest_complete} (next: {self.from_rollout})"
+
+
+def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items()
+            if k not in NON_TRAINING_DESTS and not k.startswith(NON_TRAINING_PREFIXES) and v is not None}
+
+
+def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    a, b = training_relevant(stored), training_relevant(current)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def plan(run: ResolvedRun, rundir: RunDir) -> ResumePlan:
+    save = run.args.get("save") or str(rundir.checkpoints)
+    state = inspect(save)
+    mode = run.resume.mode
+    num_rollout = run.args.get("num_rollout")
+    if state.problem:
+        raise ConfigErrors([ConfigError(
+            "checkpoints", f"{save}: {state.problem}; slime would load it", "move the broken iter_* directory "
+            "or the tracker file aside (or restore it), then relaunch", source=run.run_dir)])
+    stored = rundir.stored_args()
+    changes: dict[str, tuple[Any, Any]] = {}
+    if stored is not None and state.resumable:
+        changes = config_changes(stored, run.args)
+        refused = {k: v for k, v in changes.items() if k not in run.resume.allow_changes}
+        if refused and mode != "never":
+            rows = {f"{k}": f"{old!r} -> {new!r}" for k, (old, new) in refused.items()}
+            keys = ",".join(refused)
+            raise ConfigErrors([ConfigError(
+                "run_id", f"run {run.run_id} has checkpoints up to rollout {state.latest_complete} from a different "
+                "training config; resuming would mix the two", f"allow it with resume.allow_changes=[{keys}], or "
+                "start a new run (run_id=<new id>, or drop run_id to get one derived from the config)",
+                value=run.run_id, source=run.run_dir, related=rows)])
+    if mode == "never" and state.resumable:
+        raise ConfigErrors([ConfigError(
+            "resume.mode", f"run {run.run_id} already has checkpoints up to rollout {state.latest_complete} and "
+            "resume=never refuses to reuse them", "use resume=auto to continue it, or run_id=<new id> for a new run",
+            value="never", source=run.run_dir)])
+    if mode == "must" and not state.resumable:
+        raise ConfigErrors([ConfigError(
+            "resume.mode", f"resume=must but run {run.run_id} has no complete checkpoint in {save}",
+            "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
+    if not state.resumable:
+        return ResumePlan(FRESH, state, 0, num_rollout)
+    start = state.latest_complete + 1
+    if isinstance(num_rollout, int) and num_rollout <= start:
+        return ResumePlan(FINISHED, state, start, num_rollout, changes)
+    return ResumePlan(RESUME, state, start, num_rollout, changes)

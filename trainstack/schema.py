@@ -1,0 +1,181 @@
+"""Typed orchestration settings that sit beside the flat `args` namespace.
+
+YAML stays for people; code gets these dataclasses. ``to_typed`` converts a config node and
+reports unknown keys (with did-you-mean), wrong types and bad choices as ``ConfigError``s
+instead of Hydra/OmegaConf tracebacks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from trainstack.errors import ConfigError
+
+GROUPS = ("model", "algo", "env", "cluster", "experiment")
+DEST_NAMESPACES = ("model", "algo", "env", "args")  # flat maps of slime dests (+ `meta`)
+
+
+@dataclass
+class ClusterSpec:
+    """Where a run executes: how many nodes/GPUs exist and how they are shared."""
+
+    name: str
+    backend: str = "slime"  # slime: slime/train.py; tiny: trainstack's CPU trainer
+    launcher: str = "local"
+    accelerator: str = "gpu"
+    gpu_type: Optional[str] = None
+    num_nodes: int = 1
+    gpus_per_node: int = 8
+    colocate: bool = True  # training and rollout share the GPUs (offload between phases)
+    rollout_num_gpus: Optional[int] = None  # GPUs for SGLang engines when not colocated
+    has_nvlink: Optional[bool] = None
+    cpus_per_node: Optional[int] = None
+    mem_gb: Optional[int] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    time_min: Optional[int] = None
+    ray_address: Optional[str] = None  # ray_job launcher: Jobs API address (default http://127.0.0.1:8265)
+    start_ray_head: bool = False  # ray_job launcher: start a loopback head if none answers (stopped after)
+    extra: dict = field(default_factory=dict)  # launcher-specific extras (sbatch options, pod template)
+
+    CHOICES = {
+        "backend": ("slime", "tiny"),
+        "launcher": ("local", "ray_job", "slurm", "lium"),
+        "accelerator": ("cpu", "gpu"),
+    }
+
+    @property
+    def total_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+@dataclass
+class PathsSpec:
+    """Roots; relative values are taken from the directory trainstack was started in."""
+
+    runs_root: str = "runs"
+    models_root: str = "models"
+    data_root: str = "data"
+
+
+@dataclass
+class SlimeSpec:
+    root: str = "slime"
+    megatron_root: Optional[str] = None
+    entrypoint: Optional[str] = None  # train.py | train_async.py; default from algo meta
+
+    CHOICES = {"entrypoint": (None, "train.py", "train_async.py")}
+
+
+@dataclass
+class RuntimeEnvSpec:
+    env_vars: dict = field(default_factory=dict)
+    pythonpath: list = field(default_factory=list)
+
+
+@dataclass
+class ResumeSpec:
+    """What relaunching an existing run_id does (see docs/resume.md)."""
+
+    mode: str = "auto"  # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none
+    allow_changes: list = field(default_factory=list)  # training-relevant dests allowed to differ on resume
+    lease_ttl_s: float = 60.0  # one writer per run: a dead holder's lease is taken over after this
+    grace_s: float = 30.0  # after SIGINT/SIGTERM, time for a final checkpoint before the group is killed
+
+    CHOICES = {"mode": ("auto", "never", "must")}
+
+
+@dataclass
+class TrackingSpec:
+    """Metrics identity: TensorBoard files in the run dir; W&B run id derived from run_id."""
+
+    tensorboard: bool = True  # --use-tensorboard with TENSORBOARD_DIR=<run_dir>/tensorboard
+    wandb_project: Optional[str] = None  # default for --wandb-project when args.use_wandb=true
+
+
+# Top-level keys of the primary config and what they hold.
+ROOT_SECTIONS: dict[str, Any] = {
+    "cluster": ClusterSpec,
+    "paths": PathsSpec,
+    "slime": SlimeSpec,
+    "runtime_env": RuntimeEnvSpec,
+    "resume": ResumeSpec,
+    "tracking": TrackingSpec,
+}
+ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": bool, "output": Optional[str]}
+ROOT_KEYS = set(ROOT_SECTIONS) | set(ROOT_SCALARS) | set(DEST_NAMESPACES) | {"hydra", "experiment"}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _type_name(inner[0]) + " or null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def check_value(tp: Any, value: Any) -> bool:
+    """Strict check: YAML/CLI give us real ints/bools/strings, no silent coercion."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = typing.get_args(tp)
+        if value is None:
+            return type(None) in args
+        return any(check_value(a, value) for a in args if a is not type(None))
+    if tp is Any:
+        return True
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if tp in (dict, list):
+        return isinstance(value, tp)
+    return True
+
+
+def unknown_key_error(key: str, known: typing.Iterable[str], prefix: str, source: str) -> ConfigError:
+    close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
+    fix = ("did you mean " + " or ".join(f"'{prefix}{c}'" for c in close) + "?") if close else (
+        "known keys: " + ", ".join(sorted(known))
+    )
+    return ConfigError(f"{prefix}{key}", "unknown key", fix, source=source)
+
+
+def to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str], str]):
+    """Build dataclass ``cls`` from a plain dict; returns (instance or None, errors)."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    choices = getattr(cls, "CHOICES", {})
+    errors: list[ConfigError] = []
+    kwargs = {}
+    for key, value in node.items():
+        full = f"{prefix}{key}"
+        if key not in fields:
+            errors.append(unknown_key_error(key, fields, prefix, source_of(full)))
+            continue
+        tp = hints[key]
+        if not check_value(tp, value):
+            errors.append(ConfigError(full, f"expected {_type_name(tp)}, got {type(value).__name__}",
+                                      f"set {full} to a {_type_name(tp)}", value=value, source=source_of(full)))
+            continue
+        if key in choices and value not in choices[key]:
+            opts = ", ".join(str(c) for c in choices[key] if c is not None)
+            errors.append(ConfigError(full, "not one of the allowed values", f"use one of: {opts}",
+                                      value=value, source=source_of(full)))
+            continue
+        kwargs[key] = value
+    missing = [n for n, f in fields.items() if n not in kwargs and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+    for n in missing:
+        if not any(e.key == f"{prefix}{n}" for e in errors):
+            errors.append(ConfigError(f"{prefix}{n}", "is required", f"set {prefix}{n}", source=source_of(prefix + n)))
+    if errors:
+        return None, errors
+    return cls(**kwargs), []

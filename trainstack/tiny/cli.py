@@ -1,0 +1,195 @@
+"""slime's argv, parsed by a parser generated from the argument table.
+
+Every option string slime accepts is registered (aliases, ``--no-x``, deprecated ones), values
+are converted by the table's value kind and checked against choices, and anything else is
+one ``ConfigErrors`` with a did-you-mean. Unlike slime (which silently ignores unknown
+flags, slime.md §1.3) a typo is an error here. Abbreviations are not accepted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainstack.argtable import TABLE_PATH, ArgSpec, did_you_mean, load_table
+from trainstack.errors import ConfigError, ConfigErrors
+
+from . import flags as F
+
+
+@dataclass
+class ParsedArgv:
+    """The parse result at the boundary: slime-shaped ``args`` plus what the user set."""
+
+    args: argparse.Namespace
+    explicit: set[str] = field(default_factory=set)  # dests named on argv
+    ignored: list[str] = field(default_factory=list)  # flags accepted but not honoured
+
+
+class _ParseFailure(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit; we collect instead
+        raise _ParseFailure(message)
+
+
+def _bool(text: str) -> bool:
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "y", "on"):
+        return True
+    if t in ("0", "false", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expects true/false, got {text!r}")
+
+
+def _converter(value_kind: str):
+    def conv(text: str):
+        try:
+            if value_kind == "int":
+                return int(text)
+            if value_kind == "float":
+                return float(text)
+            if value_kind == "bool":
+                return _bool(text)
+            if value_kind == "json":
+                return json.loads(text)
+        except (ValueError, json.JSONDecodeError):
+            kind = {"int": "an integer", "float": "a number", "json": "a JSON value"}.get(value_kind, value_kind)
+            raise argparse.ArgumentTypeError(f"expects {kind}, got {text!r}")
+        return text
+
+    conv.__name__ = value_kind
+    return conv
+
+
+def _load_raw_actions() -> list[dict]:
+    with open(TABLE_PATH, encoding="utf-8") as f:
+        return json.load(f)["arguments"]
+
+
+def build_parser() -> _Parser:
+    """One argparse action per recorded slime action; only explicitly given dests land in the namespace."""
+    table = load_table()
+    p = _Parser(prog="python -m trainstack.tiny.train", add_help=False, allow_abbrev=False,
+                argument_default=argparse.SUPPRESS)
+    for a in _load_raw_actions():
+        spec = table.specs[a["dest"]]
+        opts = [o for o in a["option_strings"] if o.startswith("-")]
+        act = a["action"]
+        kw: dict[str, Any] = {"dest": a["dest"]}
+        if act in ("_StoreTrueAction", "DeprecatedStoreTrueAction"):
+            p.add_argument(*opts, action="store_const", const=True, **kw)
+        elif act == "_StoreFalseAction":
+            p.add_argument(*opts, action="store_const", const=False, **kw)
+        elif act in ("DeprecatedStoreConstAction", "DeprecatedAction") and a.get("nargs") == 0:
+            p.add_argument(*opts, action="store_const", const=a.get("const"), **kw)
+        elif act == "BooleanOptionalAction":
+            pos = [o for o in opts if not o.startswith("--no-")]
+            neg = [o for o in opts if o.startswith("--no-")]
+            p.add_argument(*pos, action="store_const", const=True, **kw)
+            p.add_argument(*neg, action="store_const", const=False, **kw)
+        else:
+            nargs = a.get("nargs")
+            if isinstance(nargs, str) and nargs.isdigit():
+                nargs = int(nargs)
+            if nargs == 0:
+                nargs = None
+            if nargs is not None:
+                kw["nargs"] = nargs
+            kw["type"] = _converter(spec.value_kind)
+            p.add_argument(*opts, action="append" if act == "_AppendAction" else "store", **kw)
+    return p
+
+
+def _flag(spec: ArgSpec) -> str:
+    return spec.flag
+
+
+def _check_choices(spec: ArgSpec, value: Any) -> ConfigError | None:
+    allowed = spec.choice_values()
+    if allowed is None or value is None:
+        return None
+    values = value if isinstance(value, list) else [value]
+    allowed_s = {str(c) for c in allowed}
+    for v in values:
+        if str(v) not in allowed_s:
+            return ConfigError(_flag(spec), f"{v!r} is not one of its choices", value=v, source="command line",
+                               fix="use one of: " + ", ".join(str(c) for c in allowed))
+    return None
+
+
+def parse_argv(argv: list[str]) -> ParsedArgv:
+    """argv -> full slime namespace (table defaults + argv) or ConfigErrors; no validation of meaning."""
+    table = load_table()
+    errors: list[ConfigError] = []
+    try:
+        ns, extras = build_parser().parse_known_args(list(argv))
+    except _ParseFailure as e:
+        msg = str(e)
+        raise ConfigErrors([ConfigError("argv", msg, fix="check the flag's value (see docs/tiny_trainer.md)",
+                                        source="command line")])
+    for tok in extras:
+        if tok.startswith("-") and len(tok) > 1 and not _looks_number(tok):
+            name = tok.split("=", 1)[0]
+            cands = [table.specs[d].flag for d in table.suggest(name) if d in table.specs]
+            errors.append(ConfigError(name, "unknown flag: slime has no such argument", source="command line",
+                                      fix=did_you_mean(cands) or "see `python -m trainstack.tiny.train --help`"))
+        else:
+            errors.append(ConfigError("argv", f"unexpected value {tok!r} (no flag takes it)", source="command line",
+                                      fix="check the flag before it: it may take no value or fewer values"))
+    explicit = set(vars(ns))
+    for dest in explicit:
+        err = _check_choices(table.specs[dest], getattr(ns, dest))
+        if err:
+            errors.append(err)
+    if errors:
+        raise ConfigErrors(errors)
+    full = argparse.Namespace()
+    for dest, spec in table.specs.items():
+        default = spec.default
+        if default == "==SUPPRESS==":
+            continue
+        if isinstance(default, (list, dict)):
+            default = json.loads(json.dumps(default))
+        if spec.value_kind == "json" and isinstance(default, str):
+            try:
+                default = json.loads(default)
+            except json.JSONDecodeError:
+                pass
+        setattr(full, dest, default)
+    for dest in explicit:
+        setattr(full, dest, getattr(ns, dest))
+    return ParsedArgv(args=full, explicit=explicit)
+
+
+def _looks_number(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def usage() -> str:
+    return (
+        "usage: python -m trainstack.tiny.train <slime train.py flags>\n"
+        "Accepts every flag slime accepts; see docs/tiny_trainer.md for what is honoured, ignored and refused."
+    )
+
+
+def main_parse(argv: list[str] | None = None) -> ParsedArgv:
+    """Parse + validate (see ``validate``); used by the trainer entrypoint."""
+    from .validate import validate
+
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage())
+        sys.exit(0)
+    parsed = parse_argv(argv)
+    validate(parsed, env=os.environ)
+    return parsed

@@ -1,0 +1,298 @@
+"""``python -m trainstack.tiny.train <slime argv>``: the CPU stand-in for ``slime/train.py``.
+
+Loop per rollout (slime train.py order, with eval moved before the save so a kill between
+them cannot lose an eval point): generate -> reward -> train (num_steps_per_rollout
+optimizer steps) -> eval -> save -> log. All randomness of rollout ``i`` derives from
+(seed, i), and the data cursor, optimizer, scheduler and RNG states are checkpointed, so an
+interrupted run resumed with ``--load`` ends bit-identical to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+
+from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
+
+
+def _say(msg: str) -> None:
+    print(f"[tiny] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Policy:
+    model: object
+    ref: object | None
+    optimizer: object
+    scheduler: object
+    start_rollout_id: int
+
+
+def _load_weights(model, path: str, step, flag: str) -> None:
+    from .checkpoint import load_checkpoint
+
+    try:
+        _, st = load_checkpoint(path, step, load_optim=False, load_rng=False)
+    except FileNotFoundError as e:
+        raise ConfigErrors([ConfigError(flag, f"cannot load initial weights: {e}", value=path, source="command line",
+                                        fix="create them with `python -m trainstack.tiny.init_model --save DIR ...`")])
+    want = model.config.arch()
+    if st.meta.get("arch") != want:
+        raise ConfigErrors([ConfigError(flag, "checkpoint architecture differs from the model flags", value=path,
+                                        related={"checkpoint": st.meta.get("arch"), "flags": want})])
+    model.load_state_dict(st.model)
+
+
+def build_policy(args, train_iters: int) -> Policy:
+    import torch
+
+    from .checkpoint import load_checkpoint, restore_rng
+    from .model import ModelConfig, build_model
+    from .optim import Scheduler, build_optimizer
+    from .tokenizer import CharTokenizer
+
+    cfg = ModelConfig.from_args(args, CharTokenizer().vocab_size)
+    model = build_model(cfg, args.seed)
+    optimizer = build_optimizer(args, model)
+    scheduler = Scheduler.from_args(args, train_iters)
+    start = 0
+    if args.resume:
+        step = args.ckpt_step
+        try:
+            loaded, st = load_checkpoint(args.load, step, load_optim=not args.no_load_optim,
+                                         load_rng=not args.no_load_rng)
+        except FileNotFoundError as e:
+            raise ConfigErrors([ConfigError("--load", f"cannot resume: {e}", value=args.load, source="command line",
+                                            fix="point --ckpt-step at a complete iter_* (one the tracker has named)")])
+        if st.meta.get("arch") != cfg.arch():
+            raise ConfigErrors([ConfigError("--load", "checkpoint architecture differs from the model flags",
+                                            value=args.load, related={"checkpoint": st.meta.get("arch")})])
+        model.load_state_dict(st.model)
+        if st.optimizer is not None:
+            optimizer.load_state_dict(st.optimizer)
+        if st.scheduler is not None:
+            scheduler.load_state_dict(st.scheduler)
+        if st.rng is not None:
+            restore_rng(st.rng)
+        start = int(loaded) + 1
+        _say(f"resumed from {args.load} iter {int(loaded):07d}")
+    elif args.load:  # no tracker: initial weights from --ref-load (slime's load := ref_load)
+        _load_weights(model, args.load, args.ckpt_step, "--ref-load")
+        _say(f"initial weights from {args.load}")
+    if args.start_rollout_id is not None:
+        start = args.start_rollout_id
+    ref = None
+    if args.use_kl_loss:
+        ref = build_model(cfg, args.seed)
+        _load_weights(ref, args.ref_load, args.ref_ckpt_step, "--ref-load")
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+    return Policy(model, ref, optimizer, scheduler, start)
+
+
+def _reseed(seed: int, rollout_id: int) -> None:
+    """Global RNGs per rollout, for plugins that use ``random``/numpy/torch directly."""
+    import numpy as np
+    import torch
+
+    from .generate import derive_seed
+
+    s = derive_seed(seed, rollout_id, "global")
+    random.seed(s)
+    np.random.seed(s % (2**32))
+    torch.manual_seed(s)
+
+
+def train_rollout(args, pol: Policy, samples, rollout_id: int, metrics) -> dict:
+    """num_steps_per_rollout optimizer steps over the rollout's samples in order (gbs counts samples)."""
+    import torch
+
+    from .loss import advantages, logprobs_and_entropy, make_batch, policy_loss
+
+    rewards = [s.get_reward_value(args) for s in samples]
+    b = make_batch(samples)
+    adv = advantages(args, samples, rewards, b)
+    pol.model.eval()  # log-probs are a forward-only pass (no dropout), as in slime
+    with torch.no_grad():
+        old_all = b.rollout_logp if (args.use_rollout_logprobs and b.rollout_logp is not None) else \
+            logprobs_and_entropy(pol.model, b, args.rollout_temperature)[0]
+        ref_all = logprobs_and_entropy(pol.ref, b, args.rollout_temperature)[0] if pol.ref is not None else None
+    gbs = args.global_batch_size
+    pol.model.train()
+    last = {}
+    for step in range(args.num_steps_per_rollout):
+        sl = slice(step * gbs, (step + 1) * gbs)
+        sub = make_batch(samples[sl])
+        R = sub.mask.shape[1]
+        logp, ent = logprobs_and_entropy(pol.model, sub, args.rollout_temperature)
+        out = policy_loss(args, logp, ent, old_all[sl, :R], adv[sl, :R], sub.mask,
+                          ref_all[sl, :R] if ref_all is not None else None,
+                          b.rollout_logp[sl, :R] if b.rollout_logp is not None else None)
+        lr = pol.scheduler.apply(pol.optimizer)
+        pol.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        clip = args.clip_grad if args.clip_grad and args.clip_grad > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(pol.model.parameters(), clip))
+        pol.optimizer.step()
+        pol.scheduler.step()
+        train_step = rollout_id * args.num_steps_per_rollout + step
+        last = {f"train/{k}": v for k, v in out.stats.items()}
+        last.update({"train/grad_norm": grad_norm, "train/lr-pg_0": lr, "train/global_batch_size": gbs})
+        metrics.log("train/step", train_step, last)
+    mask_sum = b.mask.sum().clamp(min=1)
+    return {
+        "rollout/rewards": float(torch.tensor(rewards).mean()),
+        "rollout/advantages": float((adv * b.mask).sum() / mask_sum),
+        "rollout/log_probs": float((old_all * b.mask).sum() / mask_sum),
+        **last,
+    }
+
+
+def _rollout_stats(args, samples) -> dict:
+    from .sample import Sample
+
+    n = max(len(samples), 1)
+    return {
+        "rollout/raw_reward": sum(s.get_reward_value(args) for s in samples) / n,
+        "rollout/response_lengths": sum(s.response_length for s in samples) / n,
+        "rollout/total_lengths": sum(len(s.tokens) for s in samples) / n,
+        "rollout/truncated": sum(s.status == Sample.Status.TRUNCATED for s in samples) / n,
+    }
+
+
+def evaluate(args, rollouts, rollout_id: int, metrics) -> dict:
+    from .data import read_prompts
+    from .rollout import RolloutSettings
+    from .sample import Sample
+
+    out = {}
+    settings = RolloutSettings(
+        max_new_tokens=args.eval_max_response_len or args.rollout_max_response_len,
+        temperature=args.eval_temperature if args.eval_temperature is not None else args.rollout_temperature,
+        top_p=args.eval_top_p if args.eval_top_p is not None else args.rollout_top_p, evaluation=True)
+    for name, path in args.eval_datasets:
+        base = read_prompts(path, args.eval_input_key or args.input_key, args.eval_label_key or args.label_key,
+                            args.metadata_key)
+        n = args.n_samples_per_eval_prompt or 1
+        groups = []
+        for gi, p in enumerate(base):
+            groups.append([Sample(**{**p.__dict__, "tokens": list(p.tokens), "metadata": dict(p.metadata),
+                                     "group_index": gi, "index": gi * n + k}) for k in range(n)])
+        done = [s for g in rollouts.run(groups, rollout_id, settings, f"eval:{name}") for s in g]
+        key = args.eval_reward_key
+        vals = [float(s.reward[key]) if isinstance(s.reward, dict) else float(s.reward) for s in done]
+        out[f"eval/{name}"] = sum(vals) / max(len(vals), 1)
+        out[f"eval/{name}-truncated_ratio"] = sum(s.status == Sample.Status.TRUNCATED for s in done) / max(len(done), 1)
+    metrics.log("eval/step", rollout_id, out)
+    return out
+
+
+def _periodic(rollout_id: int, interval, per_epoch, num_rollout) -> bool:
+    """slime's should_run_periodic_action: every `interval`, at epoch ends and after the last rollout."""
+    if interval is None:
+        return False
+    step = rollout_id + 1
+    return step % interval == 0 or (per_epoch is not None and step % per_epoch == 0) or step == num_rollout
+
+
+def save(args, pol: Policy, data, rollout_id: int) -> None:
+    from .checkpoint import TrainState, capture_rng, save_checkpoint
+
+    meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": "trainstack-tiny/1"}
+    # the data cursor first: the tracker (written last by save_checkpoint) commits both
+    data.save(args.save, rollout_id)
+    state = TrainState(model=pol.model.state_dict(),
+                       optimizer=None if args.no_save_optim else pol.optimizer.state_dict(),
+                       scheduler=pol.scheduler.state_dict(), rng=capture_rng(), meta=meta)
+    save_checkpoint(args.save, rollout_id, state)
+
+
+def run(args, ignored: list[str]) -> int:
+    import torch  # noqa: F401  (heavy imports start here)
+
+    from .data import DataSource
+    from .metrics import Metrics
+    from .model import setup_determinism
+    from .rollout import Rollouts, RolloutSettings
+
+    setup_determinism(int(os.environ.get("TRAINSTACK_TINY_THREADS", "1")))
+    if ignored:
+        _say("ignored by the tiny backend: " + " ".join(ignored))
+    data = DataSource(args)
+    per_epoch = None
+    if args.num_epoch is not None and args.rollout_global_dataset:
+        per_epoch = max(len(data) // args.rollout_batch_size, 1)
+        if args.num_rollout is None:
+            args.num_rollout = args.num_epoch * per_epoch
+    pol = build_policy(args, args.num_rollout * args.num_steps_per_rollout)
+    start = pol.start_rollout_id
+    if args.num_rollout <= start:
+        bar = "!" * 78
+        _say(f"\n{bar}\nnothing to train: checkpoint at rollout {start - 1} already covers --num-rollout "
+             f"{args.num_rollout}; raise --num-rollout to continue\n{bar}")
+        return 0
+    if args.resume:
+        data.load(args.load, start - 1)
+    server = None
+    if args.custom_generate_function_path:
+        from .server import TinySGLangServer
+
+        server = TinySGLangServer(lambda: pol.model)
+        args.sglang_router_ip, args.sglang_router_port = server.start()
+    rollouts = Rollouts(args, lambda: pol.model, server)
+    metrics = Metrics(args)
+    train_settings = RolloutSettings(args.rollout_max_response_len, args.rollout_temperature, args.rollout_top_p, False)
+    eval_str = "-"
+    try:
+        if args.eval_interval is not None and start == 0 and not args.skip_eval_before_train:
+            ev = evaluate(args, rollouts, 0, metrics)
+            eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
+            _say(f"eval before training: {eval_str}")
+        for rollout_id in range(start, args.num_rollout):
+            t0 = time.perf_counter()
+            _reseed(args.seed, rollout_id)
+            groups = data.get_samples(args.rollout_batch_size)
+            groups = rollouts.run(groups, rollout_id, train_settings, "train")
+            samples = [s for g in groups for s in g]
+            t_rollout = time.perf_counter() - t0
+            stats = _rollout_stats(args, samples)
+            t1 = time.perf_counter()
+            train_stats = train_rollout(args, pol, samples, rollout_id, metrics)
+            stats.update({k: v for k, v in train_stats.items() if k.startswith("rollout/")})
+            t_train = time.perf_counter() - t1
+            ev = None
+            if _periodic(rollout_id, args.eval_interval, per_epoch, args.num_rollout):
+                ev = evaluate(args, rollouts, rollout_id, metrics)
+                eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
+            step_time = time.perf_counter() - t0
+            metrics.log("rollout/step", rollout_id, {**stats, "perf/rollout_time": t_rollout,
+                                                     "perf/train_time": t_train, "perf/step_time": step_time})
+            saved = ""  # saved last: everything logged for this rollout is covered by the checkpoint
+            if args.save and _periodic(rollout_id, args.save_interval, per_epoch, args.num_rollout):
+                save(args, pol, data, rollout_id)
+                saved = f"  saved iter_{rollout_id:07d}"
+            _say(f"rollout {rollout_id + 1}/{args.num_rollout}  reward {stats['rollout/raw_reward']:.3f}  "
+                 f"resp_len {stats['rollout/response_lengths']:.2f}  loss {train_stats.get('train/loss', 0):+.4f}  "
+                 f"eval {eval_str if ev else '-'}  step {step_time:.2f}s{saved}")
+    finally:
+        metrics.close()
+        if server is not None:
+            server.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .cli import main_parse
+
+    try:
+        parsed = main_parse(argv)
+        return run(parsed.args, parsed.ignored)
+    except ConfigErrors as e:
+        report_and_exit(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Maintenance tools (regenerating slime-derived data); not imported at run time."""

@@ -1,0 +1,57 @@
+"""Golden files: every experiment's rendered command, on fixed placeholder paths.
+
+`python -m trainstack.tools.golden --update` rewrites tests/golden/*.json; the test suite
+fails when a config or renderer change alters any of them (review the diff, then update).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trainstack.resolve import CONF_DIR, PROJECT_ROOT
+
+GOLDEN_DIR = PROJECT_ROOT / "tests" / "golden"
+PLACEHOLDER_OVERRIDES = [
+    "paths.models_root=/MODELS", "paths.data_root=/DATA", "paths.runs_root=/RUNS",
+    "slime.root=/SLIME", "slime.megatron_root=/MEGATRON",
+]
+
+
+def experiments() -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def golden_record(experiment: str) -> dict:
+    from trainstack.pipeline import build_from_overrides
+
+    run, cmd = build_from_overrides([f"experiment={experiment}", *PLACEHOLDER_OVERRIDES])
+    entry = cmd.entrypoint if cmd.backend == "slime" else ["python", *cmd.entrypoint[1:]]
+    env = {k: v.replace(str(PROJECT_ROOT), "<trainstack>") for k, v in cmd.redacted_env().items()}
+    return {"experiment": experiment, "run_id": run.run_id, "backend": cmd.backend,
+            "entrypoint": entry, "argv": cmd.groups, "env": env}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--update", action="store_true", help="rewrite the golden files")
+    ns = p.parse_args(argv)
+    stale = []
+    for exp in experiments():
+        path = GOLDEN_DIR / f"{exp}.json"
+        text = json.dumps(golden_record(exp), indent=2) + "\n"
+        if ns.update:
+            GOLDEN_DIR.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        elif not path.exists() or path.read_text() != text:
+            stale.append(exp)
+    if stale:
+        print("golden files out of date: " + ", ".join(stale) + " (run `make golden` and review the diff)",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
