@@ -45,7 +45,7 @@ CORPUS = [
     ("root-bool", ["dry_run=maybe"], "dry_run"),
     ("list-as-scalar", ["env.eval_prompt_data=aime"], "env.eval_prompt_data"),
     ("scalar-as-list", ["args.rollout_temperature=[1,2]"], "args.rollout_temperature"),
-    ("type-bool-false", ["args.rl_use_sequence_packing=false"], "args.rl_use_sequence_packing"),
+    ("type-bool-false", ["args.onnx_safe=false"], "args.onnx_safe"),
     ("syntax", ["args.lr=[1"], "args.lr"),
     # bad choices
     ("choice-attention", ["args.attention_backend=flashy"], "args.attention_backend"),
@@ -97,7 +97,7 @@ CORPUS = [
     ("rpp-unnormalised", [QWEN, "algo=reinforce_plus_plus", "algo.normalize_advantages=false"],
      "algo.advantage_estimator"),
     ("tis-vs-logprobs", [QWEN, "args.use_rollout_logprobs=true", "args.use_tis=true"], "args.use_tis"),
-    ("wandb-no-group", [QWEN, "args.use_wandb=true"], "args.use_wandb"),
+    ("wandb-no-group", [QWEN, "args.use_wandb=true", "args.wandb_group=null"], "args.use_wandb"),
     ("eval-odd", ["env.eval_prompt_data=[a,/b,c]"], "env.eval_prompt_data"),
     ("eval-without-data", ["env.eval_prompt_data=null"], "env.eval_interval"),
     ("zero-temperature", ["args.rollout_temperature=0.0"], "args.rollout_temperature"),

@@ -42,7 +42,9 @@ def test_second_acquire_names_the_holder(tmp_path):
     assert exc.value.holder.pid == os.getpid()
     assert "pid" in exc.value.holder.describe() and "since" in exc.value.holder.describe()
     lease.release()
-    Lease.acquire(tmp_path / "lease.json", ttl_s=30).release()
+    again = Lease.acquire(tmp_path / "lease.json", ttl_s=30)
+    assert again.record.epoch == lease.record.epoch + 1  # fencing number survives a clean release
+    again.release()
 
 
 def test_expired_lease_of_another_host_is_taken_over_with_a_new_epoch(tmp_path, monkeypatch):

@@ -109,7 +109,9 @@ def test_presets_compose_with_hydra(tmp_path):
 def test_preset_reproduces_script_flags(name):
     cfg = load_preset(name)
     perf = model_meta.MODELS[name]["perf"]
-    arch = {k: v for k, v in cfg.items() if k not in NON_SCRIPT_KEYS and k not in perf}
+    script_dests = {TABLE.flag_to_dest[f] for f, _ in MODELS["models"][name] if f in TABLE.flag_to_dest}
+    arch = {k: v for k, v in cfg.items() if k not in NON_SCRIPT_KEYS and k not in perf
+            and (k not in model_meta.MISC or k in script_dests)}
     produced = dests_to_flags(arch, TABLE)
     script = {}
     for flag, value in MODELS["models"][name]:
@@ -154,7 +156,11 @@ def test_checkpoints_and_perf_defaults():
         "context_parallel_size": 1, "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 1,
         "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1,
         "use_dynamic_batch_size": True, "max_tokens_per_gpu": 9216,
+        "rollout_num_gpus_per_engine": 2, "sglang_mem_fraction_static": 0.7,
     }
+    # MISC numerics of every upstream run script; flash attention is dropped for MLA models
+    assert {k: q[k] for k in model_meta.MISC} == model_meta.MISC
+    assert "attention_backend" not in load_preset("deepseek-v3")
     s = load_preset("qwen2.5-0.5B")
     assert s["tensor_model_parallel_size"] == 1 and s["max_tokens_per_gpu"] == 9216
     assert "recompute_granularity" not in s and s["sequence_parallel"] is True

@@ -107,6 +107,33 @@ def add_diff_compare(sub) -> None:
 # --- end diff / compare ----------------------------------------------------------------------
 
 
+# --- status / cancel (trainstack/status.py; SLURM sweeps, docs/slurm.md) ---------------------
+def cmd_status(ns: argparse.Namespace) -> int:
+    from trainstack.status import run_status
+
+    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json)
+
+
+def cmd_cancel(ns: argparse.Namespace) -> int:
+    from trainstack.status import run_cancel
+
+    return run_cancel(ns.targets, runs_root=ns.runs_root, dry=ns.dry)
+
+
+def add_status_cancel(sub) -> None:
+    p = sub.add_parser("status", help="one table for a sweep or runs: scheduler state, checkpoint, reward, logs")
+    p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("cancel", help="scancel the SLURM jobs of a sweep or of runs")
+    p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--dry", action="store_true", help="print the scancel commands only")
+    p.set_defaults(func=cmd_cancel)
+# --- end status / cancel ---------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search", "-s", help="list dests containing this word")
     p.set_defaults(func=cmd_args)
     add_diff_compare(sub)  # diff / compare
+    add_status_cancel(sub)  # status / cancel
     ns = parser.parse_args(argv)
     return ns.func(ns)
 

@@ -104,7 +104,8 @@ def print_summary(run: ResolvedRun, code: int, file=None) -> None:
     _, rewards = rd.last_metrics()
     ckpt = inspect(run.args.get("save") or str(rd.checkpoints))
     overrides = [o.lstrip("+") for o in run.origin.overrides]
-    rerun = shlex.join(["python", "run.py", *overrides]) if overrides else "python run.py"
+    rerun = shlex.join(["python", "run.py", *overrides])
+    more = shlex.join(["python", "run.py", *[o for o in overrides if not o.startswith("env.num_rollout=")]])
     lines = [
         "",
         f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})",
@@ -113,10 +114,13 @@ def print_summary(run: ResolvedRun, code: int, file=None) -> None:
     if rewards:
         lines.append(f"reward   rollout/raw_reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {len(rewards)} rollouts")
     lines.append(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet")
+    import os
+
+    roots = "" if os.path.abspath("runs") == run.paths.runs_root else f" --runs-root {shlex.quote(run.paths.runs_root)}"
     lines += [
         f"resume   {rerun}            # same config -> same run_id -> resumes",
-        f"more     {rerun} env.num_rollout=<N>   # continue the same run for more rollouts",
-        f"compare  trainstack compare {run.run_id}",
-        f"diff     trainstack diff {run.run_id} --against-defaults",
+        f"more     {more} env.num_rollout=<N>   # continue the same run for more rollouts",
+        f"compare  trainstack compare {run.run_id}{roots}",
+        f"diff     trainstack diff {run.run_id} --against-defaults{roots}",
     ]
     print("\n".join(lines), file=out, flush=True)

@@ -166,8 +166,12 @@ class Lease:
         self._thread.start()
 
     def release(self) -> None:
+        """Mark the lease expired (not deleted) so the next holder's epoch keeps counting up."""
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=5)
         if self.holds():
-            self.path.unlink(missing_ok=True)
+            self.record.expires_at = 0.0
+            tmp = self.path.with_name(f".lease.{self.record.token}.release")
+            tmp.write_text(json.dumps(asdict(self.record)))
+            os.replace(tmp, self.path)

@@ -91,8 +91,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
             close = difflib.get_close_matches(field_name, names, n=3, cutoff=0.6)
             fix = at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
             return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{token}`")
-        if sub and f"{head}.{field_name}" in _FREE_MAPS and prefix in ("", "+") and value is not None:
-            return f"++{key}={value}", None
+        if prefix in ("", "+") and value is not None and (not sub or f"{head}.{field_name}" in _FREE_MAPS):
+            return f"++{key}={value}", None  # a schema field a preset file may not spell out
     return token, None
 
 
@@ -116,6 +116,8 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
             errors.append(err)
     if not errors:
         errors = syntax_errors([t for t in out if not t.startswith("-")])
+    if not errors:
+        errors = yaml_errors(conf_dir, [t for t in out if not t.startswith("-")])
     if errors:
         raise ConfigErrors(errors)
     return out
@@ -135,4 +137,55 @@ def syntax_errors(overrides: list[str]) -> list[ConfigError]:
             errors.append(ConfigError(tok.split("=", 1)[0].lstrip("+~"), "cannot parse this override: " + str(ex).splitlines()[0],
                                       "write key=value (quote values with spaces or brackets in your shell)",
                                       value=tok, source="command line"))
+    return errors
+
+
+def _selected_files(conf_dir: Path, overrides: list[str]) -> list[Path]:
+    """config.yaml, the group options this command selects (or the defaults), and experiments' overrides."""
+    import yaml
+
+    files = [conf_dir / "config.yaml"]
+    chosen: dict[str, list[str]] = {}
+    try:
+        primary = yaml.safe_load(files[0].read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return files
+    for entry in primary.get("defaults", []):
+        if isinstance(entry, dict):
+            for k, v in entry.items():
+                k = k.replace("optional ", "")
+                if k in GROUPS and isinstance(v, str):
+                    chosen[k] = [v]
+    for tok in overrides:
+        m = _OVERRIDE.match(tok)
+        if m and m.group("key") in GROUPS and m.group("value"):
+            vals = _simple_values(m.group("value"))
+            if vals is not None:
+                chosen[m.group("key")] = vals
+    for exp in chosen.get("experiment", []):
+        files.append(conf_dir / "experiment" / f"{exp}.yaml")
+    for group, opts in chosen.items():
+        if group != "experiment":
+            files += [conf_dir / group / f"{o}.yaml" for o in opts if o != "null"]
+    return files
+
+
+def yaml_errors(conf_dir: str, overrides: list[str]) -> list[ConfigError]:
+    """A broken YAML file is one message naming the file and line, not a parser traceback."""
+    import yaml
+
+    errors = []
+    for path in _selected_files(Path(conf_dir), overrides):
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        try:
+            yaml.safe_load(text)
+        except yaml.YAMLError as ex:
+            mark = getattr(ex, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = getattr(ex, "problem", None) or str(ex).splitlines()[0]
+            errors.append(ConfigError(where, f"invalid YAML: {problem}", "fix the syntax; quote values that start "
+                                      "with ${...} inside [ ] or { }, e.g. [name, \"${paths.data_root}/x.jsonl\"]"))
     return errors

@@ -113,7 +113,8 @@ class Origin:
                 continue
             key, _ = o.split("=", 1)
             key = key.lstrip("+~")
-            out[key] = o.lstrip("+")
+            shown = o.lstrip("+")
+            out[key] = f"{key}=<redacted>" if is_secret_name(key.rsplit(".", 1)[-1]) else shown
         return out
 
     def group_file(self, group: str) -> str:

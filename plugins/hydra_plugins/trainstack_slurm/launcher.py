@@ -1,0 +1,145 @@
+"""TrainstackSlurmLauncher: hydra-submitit-launcher's SlurmLauncher, one job per sweep point.
+
+What it changes: each point is composed and validated at submit time (nothing is submitted if
+one point is invalid), sized from its own `cluster`, named after its run_id with
+`--dependency=singleton`, and runs trainstack's `PointRunner` (Ray bootstrap, `python run.py
+<overrides>` through launch_run, checkpoint -> requeue -> resume). `wait=false` writes the
+manifest and returns at once; `wait=true` keeps Hydra's blocking behaviour and returns each
+run's metric to the sweeper.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, List, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import OmegaConf, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+SETTING_KEYS = ("wait", "array", "dry", "timeout_min", "cpus_per_task", "mem_gb", "signal_delay_s", "max_num_timeout",
+                "max_requeues", "ray_timeout_s", "metric", "setup", "array_parallelism")
+
+
+class TrainstackSlurmLauncher(SlurmLauncher):
+    def _settings(self, cluster) -> dict[str, Any]:
+        from trainstack.launch.slurm import settings_for
+
+        s = settings_for(cluster, {k: self.params.get(k) for k in SETTING_KEYS if k in self.params})
+        return s
+
+    def _build(self, overrides: Sequence[str]):
+        from hydra.core.hydra_config import HydraConfig
+
+        from trainstack.pipeline import build
+        from trainstack.resolve import Origin
+
+        assert self.hydra_context is not None and self.config is not None
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        HydraConfig.instance().set_config(sweep_config)
+        origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
+        task_cfg = copy.deepcopy(sweep_config)
+        with read_write(task_cfg), open_dict(task_cfg):
+            del task_cfg["hydra"]
+        return build(task_cfg, origin)
+
+    def _check_sweeper(self) -> None:
+        target = str(OmegaConf.select(self.config, "hydra.sweeper._target_", default="") or "")
+        if "optuna" in target.lower() and not self.params.get("wait"):
+            from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
+
+            report_and_exit(ConfigErrors([ConfigError(
+                "hydra.launcher.wait", "the Optuna sweeper needs each trial's metric, which exists only after the "
+                "job has finished", "add hydra.launcher.wait=true", value=False)]))
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from trainstack.errors import ConfigErrors, report_and_exit
+        from trainstack.launch import slurm as ts
+
+        assert self.config is not None
+        self._check_sweeper()
+        t0 = time.perf_counter()
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        folder = str(Path(str(self.params["submitit_folder"])).absolute())
+        points, params, errors = [], [], []
+        settings: dict[str, Any] = {}
+        for idx, overrides in enumerate(job_overrides):
+            try:
+                run, _cmd = self._build(overrides)
+            except ConfigErrors as err:
+                errors.extend(err.errors if hasattr(err, "errors") else [err])
+                continue
+            settings = self._settings(run.cluster)
+            partial = dict(run.cluster.__dict__)
+            for key in ("partition", "account"):  # launcher fields as fallbacks of the cluster's
+                if not partial.get(key) and self.params.get(key):
+                    partial[key] = self.params[key]
+            extra = dict(partial.get("extra") or {})
+            if self.params.get("additional_parameters"):
+                sb = dict(extra.get("sbatch") or ts.sbatch_extra(run.cluster))
+                extra = {**{k: v for k, v in extra.items() if k == "launcher"},
+                         "sbatch": {**self.params["additional_parameters"], **sb}}
+            partial["extra"] = extra
+            cluster = type(run.cluster)(**partial)
+            points.append(ts.make_point(run, list(overrides), settings, cwd=os.getcwd()))
+            params.append(ts.executor_params(cluster, run.run_id, settings))
+            log.info(f"\t#{initial_job_idx + idx} : {run.run_id} : {' '.join(filter_overrides(overrides))}")
+        if errors:
+            report_and_exit(ConfigErrors(errors))
+        t_built = time.perf_counter()
+        if settings.get("dry"):
+            return self._dry(sweep_dir, points, params, job_overrides, initial_job_idx, folder, t_built - t0)
+        array_name = f"trainstack-{sweep_dir.name}"
+        jobs = ts.submit_points(points, params, folder, settings, array_name=array_name)
+        submit_s = time.perf_counter() - t0
+        nums = range(initial_job_idx, initial_job_idx + len(points))
+        manifest = ts.write_manifest(sweep_dir, points, jobs, nums, settings, folder, submit_s)
+        print(f"trainstack: submitted {len(jobs)} SLURM job{'s' if len(jobs) != 1 else ''} in {submit_s:.2f} s "
+              f"(compose+validate {t_built - t0:.2f} s): "
+              + ", ".join(f"{p.run_id}={j.job_id}" for p, j in zip(points[:8], jobs[:8]))
+              + (" ..." if len(jobs) > 8 else "")
+              + f"\n  manifest {manifest}\n  follow: trainstack status {sweep_dir}    stop: trainstack cancel "
+              f"{sweep_dir}", file=sys.stderr, flush=True)
+        if not settings.get("wait"):
+            return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
+        out: List[JobReturn] = []
+        for overrides, point, job in zip(job_overrides, points, jobs):
+            try:
+                result = job.results()[0]
+                out.append(self._returned(overrides, result.get("metric"), JobStatus.COMPLETED))
+            except Exception as ex:  # noqa: BLE001 - a failed job is a failed trial, reported by Hydra
+                out.append(self._returned(overrides, ex, JobStatus.FAILED))
+        return out
+
+    def _dry(self, sweep_dir: Path, points, params, job_overrides, initial_job_idx: int, folder: str,
+             build_s: float) -> Sequence[JobReturn]:
+        """hydra.launcher.dry=true: compose, validate and size every point; write the manifest with the
+        sbatch header of each job; submit nothing."""
+        import json
+
+        from trainstack.launch.slurm import render_sbatch
+        from trainstack.rundir import atomic_write, now_iso
+
+        runs = [{"run_id": p.run_id, "run_dir": p.run_dir, "overrides": list(p.overrides), "job_num": initial_job_idx + i,
+                 "job_id": None, "job_name": p.run_id, "sbatch": render_sbatch(prm, folder)}
+                for i, (p, prm) in enumerate(zip(points, params))]
+        path = sweep_dir / "sweep.json"
+        atomic_write(path, json.dumps({"sweep_dir": str(sweep_dir), "created_at": now_iso(), "scheduler": "slurm",
+                                       "mode": "dry", "submitit_folder": folder, "runs": runs}, indent=1) + "\n")
+        print(f"trainstack: dry: {len(points)} SLURM job(s) composed and sized in {build_s:.2f} s, nothing submitted; "
+              f"sbatch headers in {path}", file=sys.stderr, flush=True)
+        return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
+
+    def _returned(self, overrides: Sequence[str], value: Any, status: JobStatus) -> JobReturn:
+        ret = JobReturn(overrides=list(overrides), cfg=OmegaConf.create({}), hydra_cfg=None,
+                        working_dir=os.getcwd(), task_name="trainstack")
+        ret.status = status
+        ret.return_value = value
+        return ret

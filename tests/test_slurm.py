@@ -1,0 +1,329 @@
+"""SLURM: sbatch parameters from `cluster` (unit), and on a real local cluster (scripts/slurm-local.sh up):
+a wait=false sweep, status, preemption -> requeue -> resume with identical weights, singleton + lease
+fences, the multi-node Ray bootstrap (two tasks on one node), Optuna with wait=true, cancel.
+
+The cluster tests skip without `sbatch`, without root or when slurmctld does not answer;
+TRAINSTACK_REQUIRE_SLURM=1 (CI) turns those skips into failures.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainstack.launch.slurm import DEFAULTS, executor_params, merge_dependency, render_sbatch, settings_for
+from trainstack.schema import ClusterSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _slurm_problem() -> str | None:
+    if shutil.which("sbatch") is None:
+        return "no sbatch (run scripts/slurm-local.sh up as root)"
+    if os.geteuid() != 0:
+        return "not root"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as ex:
+        return f"scontrol ping failed: {ex}"
+    if "UP" not in ping.stdout:
+        return "slurmctld is not up (scripts/slurm-local.sh up)"
+    return None
+
+
+PROBLEM = _slurm_problem()
+if PROBLEM and os.environ.get("TRAINSTACK_REQUIRE_SLURM") == "1":
+    PROBLEM_FATAL = PROBLEM
+    PROBLEM = None
+else:
+    PROBLEM_FATAL = None
+slurm = pytest.mark.skipif(PROBLEM is not None, reason=f"SLURM: {PROBLEM}")
+
+
+@pytest.fixture
+def cluster_up():
+    if PROBLEM_FATAL:
+        pytest.fail(f"TRAINSTACK_REQUIRE_SLURM=1 but {PROBLEM_FATAL}")
+
+
+def env() -> dict[str, str]:
+    extra = [str(ROOT), str(ROOT / "plugins")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(extra + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+
+
+def run_py(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, str(ROOT / "run.py"), *args], cwd=cwd, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def trainstack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "trainstack.cli", *args], cwd=cwd, env=env(), capture_output=True, text=True,
+                          timeout=60)
+
+
+def squeue(job_ids) -> dict[str, tuple[str, str]]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i|%T|%r"], capture_output=True, text=True).stdout
+    rows = {ln.split("|")[0]: tuple(ln.split("|")[1:3]) for ln in out.splitlines() if ln.count("|") == 2}
+    return {j: rows[j] for j in job_ids if j in rows}
+
+
+def job_state(job_id: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    fields = dict(t.split("=", 1) for t in out.split() if "=" in t)
+    return fields.get("JobState", "UNKNOWN")
+
+
+def wait_jobs_done(job_ids, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not squeue(job_ids):
+            return
+        time.sleep(1)
+    raise AssertionError(f"jobs {job_ids} still queued after {timeout} s: {squeue(job_ids)}")
+
+
+def latest_ckpt(run_dir: Path) -> int:
+    try:
+        return int((run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError):
+        return -1
+
+
+def events(run_dir: Path) -> list[dict]:
+    try:
+        return [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+# ------------------------------------------------------------------------------------------
+# unit: sbatch parameters from cluster
+# ------------------------------------------------------------------------------------------
+def test_sbatch_parameters_from_cluster():
+    cluster = ClusterSpec(name="slurm_8xh100", launcher="slurm", num_nodes=2, gpus_per_node=8, cpus_per_node=96,
+                          mem_gb=1000, partition="gpu", account="rl", time_min=4320,
+                          extra={"sbatch": {"qos": "high", "exclusive": True, "dependency": "afterok:7"}})
+    params = executor_params(cluster, "qwen3-4B-grpo-0123abcd", settings_for(cluster))
+    text = render_sbatch(params)
+    for line in ("--job-name=qwen3-4B-grpo-0123abcd", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:8",
+                 "--cpus-per-task=96", "--mem=1000GB", "--partition=gpu", "--account=rl", "--time=4320",
+                 "--qos=high", "--exclusive", "--dependency=afterok:7,singleton", "--signal=USR2@120"):
+        assert f"#SBATCH {line}\n" in text, (line, text)
+
+
+def test_sbatch_parameters_cpu_cluster_and_fallbacks():
+    cluster = ClusterSpec(name="local_cpu", backend="tiny", launcher="slurm", accelerator="cpu", gpus_per_node=1,
+                          extra={"constraint": "fast", "launcher": {"timeout_min": 7, "signal_delay_s": 30}})
+    settings = settings_for(cluster, {"cpus_per_task": 2})
+    assert settings["timeout_min"] == 7 and settings["cpus_per_task"] == 2
+    assert settings["max_requeues"] == DEFAULTS["max_requeues"]
+    text = render_sbatch(executor_params(cluster, "tiny-1", settings))
+    assert "--gres" not in text and "--mem=" not in text and "--partition" not in text
+    for line in ("--job-name=tiny-1", "--cpus-per-task=2", "--time=7", "--signal=USR2@30", "--constraint=fast",
+                 "--dependency=singleton", "--nodes=1"):
+        assert f"#SBATCH {line}\n" in text, (line, text)
+    assert merge_dependency("singleton", True) == "singleton"
+    assert merge_dependency(None, False) is None
+
+
+def test_composed_slurm_cluster_dry_sweep(tmp_path):
+    """`hydra/launcher=slurm` composes, validates and sizes each point from its own cluster (dry: no SLURM)."""
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "experiment=qwen3-4B-grpo-dapo",
+               "cluster=slurm_8xh100", "cluster.num_nodes=1,2", "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert manifest["mode"] == "dry" and len(manifest["runs"]) == 2
+    one, two = (m["sbatch"] for m in manifest["runs"])
+    assert manifest["runs"][0]["run_id"] == manifest["runs"][1]["run_id"]  # layout is not in the run id
+    assert "#SBATCH --nodes=1\n" in one and "#SBATCH --nodes=2\n" in two
+    for text in (one, two):
+        assert "#SBATCH --gres=gpu:8\n" in text and "#SBATCH --cpus-per-task=96\n" in text
+        assert "#SBATCH --mem=1000GB\n" in text and "#SBATCH --time=4320\n" in text
+        assert f"#SBATCH --job-name={manifest['runs'][0]['run_id']}\n" in text
+        assert "#SBATCH --dependency=singleton\n" in text
+
+
+def test_experiment_glob_dry_sweep(tmp_path):
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "experiment=glob(*)", "hydra.sweep.dir=sw",
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    n = len(list((ROOT / "conf" / "experiment").glob("*.yaml")))
+    assert len(manifest["runs"]) == n and len({m["run_id"] for m in manifest["runs"]}) == n
+
+
+# ------------------------------------------------------------------------------------------
+# on the local SLURM cluster
+# ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@slurm
+def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
+    import submitit
+    import torch
+
+    n = 120
+    common = [f"env.num_rollout={n}", "args.save_interval=1"]
+    t0 = time.monotonic()
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.sweep.dir=sweep", *common, "algo.lr=1e-3,2e-3,3e-3,4e-3",
+               cwd=tmp_path)
+    submit_wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert submit_wall < 30, submit_wall  # returns at once: nothing waited for the jobs
+    manifest = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert manifest["submit_s"] < 10
+    runs = manifest["runs"]
+    assert len(runs) == 4 and all(r_["job_id"] for r_ in runs)
+    assert len({r_["run_id"] for r_ in runs}) == 4
+    ids = [r_["job_id"] for r_ in runs]
+    assert squeue(ids), "the jobs should still be queued or running when run.py returns"
+
+    # the uninterrupted reference of point 0 (same run_id, other runs_root), on this machine
+    ref = subprocess.Popen([PY, str(ROOT / "run.py"), *common, "algo.lr=1e-3", "paths.runs_root=ref"], cwd=tmp_path,
+                           env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    first = Path(runs[0]["run_dir"])
+    deadline = time.monotonic() + 120
+    while latest_ckpt(first) < 5:
+        assert time.monotonic() < deadline, "point 0 never checkpointed"
+        time.sleep(0.2)
+    interrupted_at = latest_ckpt(first)
+    assert interrupted_at < n - 1
+    submitit.SlurmJob(folder=manifest["submitit_folder"], job_id=runs[0]["job_id"])._interrupt()  # preemption
+
+    wait_jobs_done(ids, timeout=240)
+    assert ref.wait(timeout=120) == 0
+    for r_ in runs:
+        st = json.loads((Path(r_["run_dir"]) / "status.json").read_text())
+        assert st["state"] == "finished" and st["last_checkpoint"] == n - 1, (r_["run_id"], st)
+    ev = events(first)
+    kinds = [e["event"] for e in ev]
+    assert kinds[0] == "launch" and "signal" in kinds and "resume" in kinds, kinds
+    resume = next(e for e in ev if e["event"] == "resume")
+    assert resume["from_rollout"] >= interrupted_at + 1 > 1, resume
+    assert kinds.count("launch") == 1  # resumed, not restarted
+    ckpt = f"checkpoints/iter_{n - 1:07d}/model.pt"
+    a = torch.load(first / ckpt, weights_only=False)
+    b = torch.load(tmp_path / "ref" / runs[0]["run_id"] / ckpt, weights_only=False)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ"
+
+    # trainstack status: one table for the sweep, from the manifest
+    s = trainstack("status", "sweep", "--json", cwd=tmp_path)
+    assert s.returncode == 0, s.stderr
+    rows = json.loads(s.stdout)
+    assert [x["run_id"] for x in rows] == [r_["run_id"] for r_ in runs]
+    assert {x["scheduler"] for x in rows} == {"COMPLETED"}
+    assert all(x["reward"] is not None and x["last_checkpoint"] == n - 1 for x in rows)
+    assert [x["varying"] for x in rows] == [["algo.lr=0.001"], ["algo.lr=0.002"], ["algo.lr=0.003"], ["algo.lr=0.004"]]
+    assert rows[0]["resumed_from"] == [resume["from_rollout"]]
+    table = trainstack("status", "sweep", cwd=tmp_path)
+    assert table.returncode == 0 and all(r_["run_id"] in table.stdout for r_ in runs) and "COMPLETED" in table.stdout
+    by_id = trainstack("status", runs[1]["run_id"], cwd=tmp_path)
+    assert by_id.returncode == 0 and runs[1]["run_id"] in by_id.stdout
+
+
+@pytest.mark.slow
+@slurm
+def test_same_run_id_never_runs_twice(tmp_path, cluster_up):
+    """Singleton dependency: the second job of a run_id waits; the lease is the second fence."""
+    from trainstack.lease import Lease
+
+    args = ["cluster.launcher=slurm", "env.num_rollout=60", "args.save_interval=1"]
+    subs = [run_py(*args, cwd=tmp_path) for _ in range(2)]
+    assert all(s.returncode == 0 for s in subs), [s.stderr for s in subs]
+    run_dir = next((tmp_path / "runs").iterdir())
+    ids = [s.stderr.split("as SLURM job ")[1].split()[0] for s in subs]
+    assert ids[0] != ids[1]
+    both_running, saw_dependency = False, False
+    deadline = time.monotonic() + 180
+    while (q := squeue(ids)) and time.monotonic() < deadline:
+        states = [q[j][0] for j in ids if j in q]
+        both_running |= states.count("RUNNING") > 1
+        saw_dependency |= any(q[j][1] == "Dependency" for j in q)
+        time.sleep(0.3)
+    assert not q, f"jobs still queued: {q}"
+    assert not both_running and saw_dependency
+    kinds = [e["event"] for e in events(run_dir)]
+    assert kinds.count("launch") == 1 and kinds[-1] == "finished", kinds  # the second found it finished
+
+    # lease as the second fence: a holder elsewhere keeps the job from starting the trainer
+    other = ["cluster.launcher=slurm", "env.num_rollout=61", "args.save_interval=1", "run_id=fenced"]
+    lease = Lease.acquire(tmp_path / "runs" / "fenced" / "lease.json", ttl_s=600)
+    try:
+        s = run_py(*other, cwd=tmp_path)
+        assert s.returncode == 0, s.stderr
+        jid = s.stderr.split("as SLURM job ")[1].split()[0]
+        wait_jobs_done([jid], timeout=120)
+    finally:
+        lease.release()
+    log = (tmp_path / "runs" / "fenced" / "slurm" / jid / f"{jid}_0_log.err").read_text()
+    assert "is already running" in log
+    assert "launch" not in [e["event"] for e in events(tmp_path / "runs" / "fenced")]
+
+
+@pytest.mark.slow
+@slurm
+def test_multinode_ray_bootstrap_two_tasks(tmp_path, cluster_up):
+    check = tmp_path / "check.py"
+    check.write_text("import json, os, ray\nray.init(address=os.environ['RAY_ADDRESS'], log_to_driver=False)\n"
+                     "print('NODES', json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))\n")
+    boot = [PY, "-m", "trainstack.launch.slurm_job", "bootstrap"]
+
+    def sbatch(name: str, ntasks: int, *extra: str) -> str:
+        wrap = " ".join(["srun", *boot, "--rendezvous", str(tmp_path / name), *extra, "--", PY, str(check)])
+        out = subprocess.run(["sbatch", "--parsable", f"--job-name=ts-test-{name}", "-n", str(ntasks), "-c", "1",
+                              "-o", str(tmp_path / f"{name}.out"), f"--chdir={tmp_path}", "--wrap", wrap],
+                             env=env(), capture_output=True, text=True, check=True)
+        return out.stdout.strip().split(";")[0]
+
+    two = sbatch("two", 2, "--timeout", "90")
+    missing = sbatch("missing", 1, "--expect-nodes", "2", "--timeout", "8")
+    wait_jobs_done([two, missing], timeout=240)
+    out = (tmp_path / "two.out").read_text()
+    line = next(ln for ln in out.splitlines() if ln.startswith("NODES "))
+    assert json.loads(line[6:]) == ["127.0.0.2", "127.0.0.3"], out  # rank 0 head + rank 1 worker
+    assert job_state(two) == "COMPLETED"
+    err = (tmp_path / "missing.out").read_text()
+    assert "missing node(s): rank 1 (host localhost)" in err, err
+    assert job_state(missing) == "FAILED"
+    for name in ("two", "missing"):  # every Ray process this job started is gone
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert f"tsray-{two if name == 'two' else missing}-" not in ps
+
+
+@pytest.mark.slow
+@slurm
+def test_optuna_wait_true_returns_the_metric(tmp_path, cluster_up):
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.wait=true", "hydra/sweeper=optuna",
+               "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra.sweeper.direction=maximize",
+               "env.num_rollout=3", "algo.lr=interval(0.0005,0.005)", "hydra.sweep.dir=opt", cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stderr
+    import yaml
+
+    res = yaml.safe_load((tmp_path / "opt" / "optimization_results.yaml").read_text())
+    assert isinstance(res["best_value"], float) and 0 <= res["best_value"] <= 1
+    manifest = json.loads((tmp_path / "opt" / "sweep.json").read_text())
+    assert len(manifest["runs"]) == 2
+    bad = run_py("-m", "hydra/launcher=slurm", "hydra/sweeper=optuna", "algo.lr=interval(0.0005,0.005)",
+                 cwd=tmp_path)
+    assert bad.returncode == 2 and "hydra.launcher.wait" in bad.stderr
+
+
+@pytest.mark.slow
+@slurm
+def test_cancel_a_sweep(tmp_path, cluster_up):
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.sweep.dir=held", "+hydra.launcher.additional_parameters.hold=true",
+               "env.num_rollout=3", "algo.lr=1e-3,2e-3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    ids = [x["job_id"] for x in json.loads((tmp_path / "held" / "sweep.json").read_text())["runs"]]
+    assert {s for s, _ in squeue(ids).values()} == {"PENDING"}
+    c = trainstack("cancel", "held", cwd=tmp_path)
+    assert c.returncode == 0, c.stderr
+    wait_jobs_done(ids, timeout=30)
+    assert {job_state(j) for j in ids} == {"CANCELLED"}
