@@ -29,7 +29,7 @@ def cpu_smoke_argv(data: Path, ckpt: Path, num_rollout: int, seed: int) -> list[
         # model=tiny
         "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "256",
         "--seq-length", "32", "--max-position-embeddings", "32", "--hidden-dropout", "0.0",
-        "--attention-dropout", "0.0", "--lr", "1e-3",
+        "--attention-dropout", "0.0", "--lr", "2e-3",
         # algo=grpo
         "--advantage-estimator", "grpo", "--eps-clip", "0.2", "--eps-clip-high", "0.28", "--entropy-coef", "0.0",
         "--optimizer", "adam", "--lr-decay-style", "constant", "--weight-decay", "0.1", "--adam-beta1", "0.9",
@@ -38,7 +38,7 @@ def cpu_smoke_argv(data: Path, ckpt: Path, num_rollout: int, seed: int) -> list[
         "--prompt-data", str(data / "train.jsonl"), "--input-key", "prompt", "--label-key", "label",
         "--rollout-shuffle", "--rollout-batch-size", "16", "--n-samples-per-prompt", "16",
         "--global-batch-size", "128", "--num-rollout", str(num_rollout), "--rollout-max-response-len", "2",
-        "--rollout-temperature", "1.0", "--eval-interval", "50", "--eval-prompt-data", "arithmetic",
+        "--rollout-temperature", "1.0", "--eval-interval", "100", "--eval-prompt-data", "arithmetic",
         str(data / "eval.jsonl"), "--n-samples-per-eval-prompt", "4",
         "--custom-rm-path", "trainstack.tiny.arithmetic.reward",
         # cluster=local-cpu
@@ -50,7 +50,7 @@ def cpu_smoke_argv(data: Path, ckpt: Path, num_rollout: int, seed: int) -> list[
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-rollout", type=int, default=700)
+    p.add_argument("--num-rollout", type=int, default=1200)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tiny_learning.json"))
     a = p.parse_args()

@@ -118,7 +118,9 @@ CONF
   else
     rm -f "$ETC/slurm.conf.new"
   fi
-  if [[ $ACCOUNTING == 1 ]]; then
+  if [[ $ACCOUNTING != 1 ]]; then
+    rm -f "$ETC/slurmdbd.conf"
+  else
     install -m 600 /dev/null "$ETC/slurmdbd.conf"
     cat > "$ETC/slurmdbd.conf" <<CONF
 AuthType=auth/munge
@@ -195,7 +197,10 @@ cmd_down() {
   stop_pidfile slurmd "$RUN/slurmd.pid"
   stop_pidfile slurmctld "$RUN/slurmctld.pid"
   stop_pidfile slurmdbd "$RUN/slurmdbd.pid"
-  if [[ $ACCOUNTING == 1 ]] && mysqladmin ping >/dev/null 2>&1; then mysqladmin shutdown || true; fi
+  # MariaDB only when this script set it up for accounting (slurmdbd.conf written by `up`)
+  if [[ -e $ETC/slurmdbd.conf ]] && command -v mysqladmin >/dev/null && mysqladmin ping >/dev/null 2>&1; then
+    mysqladmin shutdown && say "stopped mariadb (mysqladmin shutdown)" || true
+  fi
   stop_pidfile munged /run/munge/munged.pid
 }
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -51,6 +53,47 @@ slurm = pytest.mark.skipif(PROBLEM is not None, reason=f"SLURM: {PROBLEM}")
 def cluster_up():
     if PROBLEM_FATAL:
         pytest.fail(f"TRAINSTACK_REQUIRE_SLURM=1 but {PROBLEM_FATAL}")
+
+
+# Every command of docs/slurm.md, as the tests run it (test_docs_commands_are_tested keeps them in sync).
+DOC = {
+    "up": "scripts/slurm-local.sh up",
+    "status_cluster": "scripts/slurm-local.sh status",
+    "down": "scripts/slurm-local.sh down",
+    "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep env.num_rollout=80 args.save_interval=1 "
+             "algo.lr=1e-3,2e-3,3e-3,4e-3",
+    "glob": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true 'experiment=glob(*)' hydra.sweep.dir=sw",
+    "gpu_dry": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
+               "cluster=slurm_8xh100 cluster.num_nodes=1,2 hydra.sweep.dir=sw",
+    "optuna": "python run.py -m hydra/launcher=slurm hydra.launcher.wait=true hydra/sweeper=optuna "
+              "hydra.sweeper.n_trials=2 hydra.sweeper.n_jobs=2 hydra.sweeper.direction=maximize env.num_rollout=3 "
+              "'algo.lr=interval(0.0005,0.005)' hydra.sweep.dir=opt",
+    "single": "python run.py cluster.launcher=slurm env.num_rollout=60 args.save_interval=1",
+    "held": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=held +hydra.launcher.additional_parameters.hold=true "
+            "env.num_rollout=3 algo.lr=1e-3,2e-3",
+    "status": "trainstack status sweep",
+    "status_json": "trainstack status sweep --json",
+    "cancel": "trainstack cancel held",
+    "bootstrap": "srun python -m trainstack.launch.slurm_job bootstrap --rendezvous DIR --timeout 90 -- python check.py",
+    "bootstrap_missing": "srun python -m trainstack.launch.slurm_job bootstrap --rendezvous DIR --expect-nodes 2 "
+                         "--timeout 8 -- python check.py",
+}
+
+
+def doc_argv(name: str, **subs: str) -> list[str]:
+    argv = shlex.split(DOC[name])
+    argv = [subs.get(a, a) for a in argv]
+    if argv[0] == "trainstack":
+        return [PY, "-m", "trainstack.cli", *argv[1:]]
+    if argv[0].startswith("scripts/"):
+        return [str(ROOT / argv[0]), *argv[1:]]
+    argv = [PY if a == "python" else a for a in argv]
+    return [str(ROOT / "run.py") if a == "run.py" else a for a in argv]
+
+
+def run_doc(name: str, *extra: str, cwd: Path, timeout: float = 240, **subs: str) -> subprocess.CompletedProcess:
+    return subprocess.run(doc_argv(name, **subs) + list(extra), cwd=cwd, env=env(), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def env() -> dict[str, str]:
@@ -133,10 +176,25 @@ def test_sbatch_parameters_cpu_cluster_and_fallbacks():
     assert merge_dependency(None, False) is None
 
 
+def test_requeue_cap(monkeypatch, tmp_path):
+    """PointRunner.checkpoint requeues the same call until max_requeues (SLURM_RESTART_COUNT)."""
+    import submitit
+
+    from trainstack.launch.slurm_job import Point, PointRunner
+
+    point = Point(run_id="r", run_dir=str(tmp_path), overrides=["a=1"], cwd=str(tmp_path), script="run.py",
+                  max_requeues=2)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    again = PointRunner().checkpoint(point)
+    assert isinstance(again, submitit.helpers.DelayedSubmission) and again.args == (point,)
+    assert isinstance(again.function, PointRunner)
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert PointRunner().checkpoint(point) is None
+
+
 def test_composed_slurm_cluster_dry_sweep(tmp_path):
     """`hydra/launcher=slurm` composes, validates and sizes each point from its own cluster (dry: no SLURM)."""
-    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "experiment=qwen3-4B-grpo-dapo",
-               "cluster=slurm_8xh100", "cluster.num_nodes=1,2", "hydra.sweep.dir=sw", cwd=tmp_path)
+    r = run_doc("gpu_dry", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert manifest["mode"] == "dry" and len(manifest["runs"]) == 2
@@ -151,8 +209,7 @@ def test_composed_slurm_cluster_dry_sweep(tmp_path):
 
 
 def test_experiment_glob_dry_sweep(tmp_path):
-    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "experiment=glob(*)", "hydra.sweep.dir=sw",
-               cwd=tmp_path)
+    r = run_doc("glob", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     n = len(list((ROOT / "conf" / "experiment").glob("*.yaml")))
@@ -168,11 +225,11 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     import submitit
     import torch
 
-    n = 120
+    n = 80
     common = [f"env.num_rollout={n}", "args.save_interval=1"]
+    assert all(c in DOC["sweep"] for c in common)
     t0 = time.monotonic()
-    r = run_py("-m", "hydra/launcher=slurm", "hydra.sweep.dir=sweep", *common, "algo.lr=1e-3,2e-3,3e-3,4e-3",
-               cwd=tmp_path)
+    r = run_doc("sweep", cwd=tmp_path)
     submit_wall = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert submit_wall < 30, submit_wall  # returns at once: nothing waited for the jobs
@@ -214,7 +271,7 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ"
 
     # trainstack status: one table for the sweep, from the manifest
-    s = trainstack("status", "sweep", "--json", cwd=tmp_path)
+    s = run_doc("status_json", cwd=tmp_path)
     assert s.returncode == 0, s.stderr
     rows = json.loads(s.stdout)
     assert [x["run_id"] for x in rows] == [r_["run_id"] for r_ in runs]
@@ -222,7 +279,7 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     assert all(x["reward"] is not None and x["last_checkpoint"] == n - 1 for x in rows)
     assert [x["varying"] for x in rows] == [["algo.lr=0.001"], ["algo.lr=0.002"], ["algo.lr=0.003"], ["algo.lr=0.004"]]
     assert rows[0]["resumed_from"] == [resume["from_rollout"]]
-    table = trainstack("status", "sweep", cwd=tmp_path)
+    table = run_doc("status", cwd=tmp_path)
     assert table.returncode == 0 and all(r_["run_id"] in table.stdout for r_ in runs) and "COMPLETED" in table.stdout
     by_id = trainstack("status", runs[1]["run_id"], cwd=tmp_path)
     assert by_id.returncode == 0 and runs[1]["run_id"] in by_id.stdout
@@ -234,8 +291,7 @@ def test_same_run_id_never_runs_twice(tmp_path, cluster_up):
     """Singleton dependency: the second job of a run_id waits; the lease is the second fence."""
     from trainstack.lease import Lease
 
-    args = ["cluster.launcher=slurm", "env.num_rollout=60", "args.save_interval=1"]
-    subs = [run_py(*args, cwd=tmp_path) for _ in range(2)]
+    subs = [run_doc("single", cwd=tmp_path) for _ in range(2)]
     assert all(s.returncode == 0 for s in subs), [s.stderr for s in subs]
     run_dir = next((tmp_path / "runs").iterdir())
     ids = [s.stderr.split("as SLURM job ")[1].split()[0] for s in subs]
@@ -273,18 +329,30 @@ def test_multinode_ray_bootstrap_two_tasks(tmp_path, cluster_up):
     check = tmp_path / "check.py"
     check.write_text("import json, os, ray\nray.init(address=os.environ['RAY_ADDRESS'], log_to_driver=False)\n"
                      "print('NODES', json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))\n")
-    boot = [PY, "-m", "trainstack.launch.slurm_job", "bootstrap"]
-
-    def sbatch(name: str, ntasks: int, *extra: str) -> str:
-        wrap = " ".join(["srun", *boot, "--rendezvous", str(tmp_path / name), *extra, "--", PY, str(check)])
+    def sbatch(name: str, ntasks: int, doc: str) -> str:
+        wrap = shlex.join(doc_argv(doc, DIR=str(tmp_path / name), **{"check.py": str(check)}))
         out = subprocess.run(["sbatch", "--parsable", f"--job-name=ts-test-{name}", "-n", str(ntasks), "-c", "1",
                               "-o", str(tmp_path / f"{name}.out"), f"--chdir={tmp_path}", "--wrap", wrap],
                              env=env(), capture_output=True, text=True, check=True)
         return out.stdout.strip().split(";")[0]
 
-    two = sbatch("two", 2, "--timeout", "90")
-    missing = sbatch("missing", 1, "--expect-nodes", "2", "--timeout", "8")
-    wait_jobs_done([two, missing], timeout=240)
+    two = sbatch("two", 2, "bootstrap")
+    missing = sbatch("missing", 1, "bootstrap_missing")
+    # the same bootstrap inside trainstack's submitit callable: 2 tasks = 2 "nodes", check.py as the run
+    import submitit
+
+    from trainstack.launch.slurm_job import Point, PointRunner
+
+    ex = submitit.AutoExecutor(folder=str(tmp_path / "sub" / "%j"), cluster="slurm")
+    ex.update_parameters(name="ts-test-runner", nodes=1, tasks_per_node=2, cpus_per_task=1, timeout_min=10)
+    point = Point(run_id="ray-check", run_dir=str(tmp_path / "runs" / "ray-check"), overrides=[], cwd=str(tmp_path),
+                  script=str(check), needs_ray=True, num_nodes=2, gpus_per_node=0, cpus_per_node=1, metric=None,
+                  ray_timeout_s=90)
+    runner_job = ex.submit(PointRunner(), point)
+    wait_jobs_done([two, missing, runner_job.job_id], timeout=240)
+    results = runner_job.results()
+    assert [r["rank"] for r in results] == [0, 1] and results[0]["code"] == 0, results
+    assert '"127.0.0.2", "127.0.0.3"' in Path(runner_job.paths.stdout).read_text()
     out = (tmp_path / "two.out").read_text()
     line = next(ln for ln in out.splitlines() if ln.startswith("NODES "))
     assert json.loads(line[6:]) == ["127.0.0.2", "127.0.0.3"], out  # rank 0 head + rank 1 worker
@@ -300,9 +368,7 @@ def test_multinode_ray_bootstrap_two_tasks(tmp_path, cluster_up):
 @pytest.mark.slow
 @slurm
 def test_optuna_wait_true_returns_the_metric(tmp_path, cluster_up):
-    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.wait=true", "hydra/sweeper=optuna",
-               "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra.sweeper.direction=maximize",
-               "env.num_rollout=3", "algo.lr=interval(0.0005,0.005)", "hydra.sweep.dir=opt", cwd=tmp_path, timeout=240)
+    r = run_doc("optuna", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     import yaml
 
@@ -317,13 +383,55 @@ def test_optuna_wait_true_returns_the_metric(tmp_path, cluster_up):
 
 @pytest.mark.slow
 @slurm
+def test_array_mode_one_sbatch(tmp_path, cluster_up):
+    """hydra.launcher.array=true: one sbatch array for the sweep; the runs still finish and show in status."""
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.array=true", "hydra.sweep.dir=arr", "env.num_rollout=3",
+               "algo.lr=1e-3,2e-3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "arr" / "sweep.json").read_text())
+    ids = [x["job_id"] for x in manifest["runs"]]
+    assert manifest["mode"] == "array" and len({i.split("_")[0] for i in ids}) == 1 and len(set(ids)) == 2, ids
+    wait_jobs_done(ids, timeout=120)
+    rows = json.loads(trainstack("status", "arr", "--json", cwd=tmp_path).stdout)
+    assert [x["state"] for x in rows] == ["finished", "finished"]
+    assert [x["scheduler"] for x in rows] == ["COMPLETED", "COMPLETED"], rows
+
+
+@pytest.mark.slow
+@slurm
 def test_cancel_a_sweep(tmp_path, cluster_up):
-    r = run_py("-m", "hydra/launcher=slurm", "hydra.sweep.dir=held", "+hydra.launcher.additional_parameters.hold=true",
-               "env.num_rollout=3", "algo.lr=1e-3,2e-3", cwd=tmp_path)
+    r = run_doc("held", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     ids = [x["job_id"] for x in json.loads((tmp_path / "held" / "sweep.json").read_text())["runs"]]
     assert {s for s, _ in squeue(ids).values()} == {"PENDING"}
-    c = trainstack("cancel", "held", cwd=tmp_path)
+    c = run_doc("cancel", cwd=tmp_path)
     assert c.returncode == 0, c.stderr
     wait_jobs_done(ids, timeout=30)
     assert {job_state(j) for j in ids} == {"CANCELLED"}
+
+
+def test_docs_commands_are_tested():
+    """Every command in docs/slurm.md's bash blocks is one the tests run (DOC)."""
+    text = (ROOT / "docs" / "slurm.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    lines = [ln.strip() for b in blocks for ln in b.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    assert lines and set(lines) <= set(DOC.values()), sorted(set(lines) - set(DOC.values()))
+    assert set(DOC.values()) <= set(lines), sorted(set(DOC.values()) - set(lines))
+
+
+@pytest.mark.slow
+@slurm
+def test_zz_slurm_local_script_idempotent_and_down_up(tmp_path, cluster_up):
+    """scripts/slurm-local.sh: status, `up` when up (idempotent), `down` by pid files, `up` again."""
+    st = run_doc("status_cluster", cwd=tmp_path, timeout=60)
+    assert st.returncode == 0 and "slurmctld: running" in st.stdout, st.stdout + st.stderr
+    t0 = time.monotonic()
+    up = run_doc("up", cwd=tmp_path, timeout=300)
+    assert up.returncode == 0 and time.monotonic() - t0 < 15, up.stderr
+    down = run_doc("down", cwd=tmp_path, timeout=60)
+    assert down.returncode == 0, down.stderr
+    st = run_doc("status_cluster", cwd=tmp_path, timeout=60)
+    assert st.returncode != 0 and "slurmctld: stopped" in st.stdout and "slurmd: stopped" in st.stdout
+    up = run_doc("up", cwd=tmp_path, timeout=300)
+    assert up.returncode == 0, up.stderr
+    assert _slurm_problem() is None

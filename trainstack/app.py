@@ -53,5 +53,5 @@ def run_app(cfg: Any) -> None:
 
     if not sweep and code != EXIT_BUSY:
         print_summary(run, code)
-        if code:
-            sys.exit(code)
+    if code and not sweep:
+        sys.exit(code)

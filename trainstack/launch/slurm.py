@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "ray_timeout_s": 300,       # rank 0 waits this long for every node and GPU to join Ray
     "metric": "rollout/raw_reward",  # what a finished job returns to the sweeper (Optuna)
     "setup": None,              # shell lines before srun in the sbatch script
+    "throttle_s": 0.02,         # pause between two sbatch calls (submitit's default is 0.2 s)
     "submitit_folder": None,    # default: <sweep_dir>/.submitit/%j or <run_dir>/slurm/%j
 }
 
@@ -136,13 +137,19 @@ def make_point(run: ResolvedRun, overrides: Sequence[str], settings: dict, cwd: 
                  config_dir=config_dir)
 
 
-def _executor(folder: str, max_num_timeout: int):
+def _executor(folder: str, max_num_timeout: int, throttle_s: float):
     import submitit
 
     if shutil.which("sbatch") is None:
         raise RuntimeError("sbatch not found: this machine is not a SLURM submit host "
                            "(scripts/slurm-local.sh up starts a local one-node cluster)")
-    return submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=int(max_num_timeout))
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=int(max_num_timeout))
+    # submitit sleeps 0.2 s between two sbatch calls (64 points: 13 s); sbatch's own round trip
+    # already paces a busy controller, so trainstack waits `throttle_s` (private submitit attribute).
+    inner = getattr(executor, "_executor", None)
+    if inner is not None and hasattr(inner, "_throttling"):
+        inner._throttling = float(throttle_s)
+    return executor
 
 
 def _shape(params: dict) -> str:
@@ -154,7 +161,7 @@ def submit_points(points: Sequence[Point], params: Sequence[dict], folder: str, 
     """One SLURM job per point (job name = run_id, singleton), or with `array` one sbatch array per
     resource shape named `array_name` (SLURM gives all tasks of an array one name, so the per-run
     singleton fence is not available there: the run's lease is then the only fence)."""
-    executor = _executor(folder, settings.get("max_num_timeout", 3))
+    executor = _executor(folder, settings.get("max_num_timeout", 3), settings.get("throttle_s", 0.02))
     runner = PointRunner()
     if not settings.get("array") or len(points) == 1:
         jobs = []

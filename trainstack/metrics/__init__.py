@@ -59,9 +59,10 @@ def wandb_run_id(run_dir: Path | None, run_id: str) -> str:
 
 
 def derive_wandb_id(run_id: str) -> str:
-    """W&B ids may not contain / \\ # ? % : and are at most 64 characters; trainstack run ids are
-    already [A-Za-z0-9._-], so this is the run id itself (dots kept)."""
-    return "".join(c if c.isalnum() or c in "._-" else "-" for c in run_id)[:64]
+    """The id trainstack's launcher gives W&B (one definition: trainstack.resolve.wandb_run_id)."""
+    from trainstack.resolve import wandb_run_id as derive
+
+    return derive(run_id)
 
 
 def read_local(run_dir: str | Path, source: str = "auto") -> RunMetrics:

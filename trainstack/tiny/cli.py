@@ -133,12 +133,21 @@ def parse_argv(argv: list[str]) -> ParsedArgv:
         msg = str(e)
         raise ConfigErrors([ConfigError("argv", msg, fix="check the flag's value (see docs/tiny_trainer.md)",
                                         source="command line")])
+    after_unknown = False
     for tok in extras:
         if tok.startswith("-") and len(tok) > 1 and not _looks_number(tok):
             name = tok.split("=", 1)[0]
-            cands = [table.specs[d].flag for d in table.suggest(name) if d in table.specs]
+            prefixed = sorted(f for f in table.flag_to_dest if f.startswith(name))
+            if 0 < len(prefixed) <= 3:  # slime's SGLang parser would take the abbreviation; we want full names
+                cands, note = prefixed, " (abbreviations are not accepted)"
+            else:
+                cands, note = [table.specs[d].flag for d in table.suggest(name) if d in table.specs], ""
             errors.append(ConfigError(name, "unknown flag: slime has no such argument", source="command line",
-                                      fix=did_you_mean(cands) or "see `python -m trainstack.tiny.train --help`"))
+                                      fix=(did_you_mean(cands) + note) if cands else
+                                      "see docs/tiny_trainer.md; every flag of slime's argument table is accepted"))
+            after_unknown = True
+        elif after_unknown:
+            continue  # the unknown flag's own value(s): one message per unknown flag is enough
         else:
             errors.append(ConfigError("argv", f"unexpected value {tok!r} (no flag takes it)", source="command line",
                                       fix="check the flag before it: it may take no value or fewer values"))

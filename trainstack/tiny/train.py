@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -229,7 +230,9 @@ def run(args, ignored: list[str]) -> int:
             args.num_rollout = args.num_epoch * per_epoch
     pol = build_policy(args, args.num_rollout * args.num_steps_per_rollout)
     start = pol.start_rollout_id
-    if args.num_rollout <= start:
+    if args.num_rollout == 0 and start == 0 and args.eval_interval is not None:
+        _say("--num-rollout 0 with --eval-interval: eval-only run (as slime)")
+    elif args.num_rollout <= start:
         bar = "!" * 78
         _say(f"\n{bar}\nnothing to train: checkpoint at rollout {start - 1} already covers --num-rollout "
              f"{args.num_rollout}; raise --num-rollout to continue\n{bar}")
@@ -246,6 +249,7 @@ def run(args, ignored: list[str]) -> int:
     metrics = Metrics(args)
     train_settings = RolloutSettings(args.rollout_max_response_len, args.rollout_temperature, args.rollout_top_p, False)
     eval_str = "-"
+    stop = _StopRequest()
     try:
         if args.eval_interval is not None and start == 0 and not args.skip_eval_before_train:
             ev = evaluate(args, rollouts, 0, metrics)
@@ -277,11 +281,34 @@ def run(args, ignored: list[str]) -> int:
             _say(f"rollout {rollout_id + 1}/{args.num_rollout}  reward {stats['rollout/raw_reward']:.3f}  "
                  f"resp_len {stats['rollout/response_lengths']:.2f}  loss {train_stats.get('train/loss', 0):+.4f}  "
                  f"eval {eval_str if ev else '-'}  step {step_time:.2f}s{saved}")
+            if stop.signum is not None and rollout_id + 1 < args.num_rollout:
+                if args.save and not saved:  # the launcher's grace period is for this final checkpoint
+                    save(args, pol, data, rollout_id)
+                _say(f"stopping on {signal.Signals(stop.signum).name} after rollout {rollout_id + 1}"
+                     + (f"; checkpoint iter_{rollout_id:07d} saved" if args.save else ""))
+                return 128 + stop.signum
     finally:
+        stop.restore()
         metrics.close()
         if server is not None:
             server.stop()
     return 0
+
+
+class _StopRequest:
+    """SIGTERM/SIGINT: finish the current rollout, checkpoint it, exit 128+signum (like Megatron's
+    --exit-signal-handler), so a preempted or Ctrl-C'd run loses no finished work."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._old = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _handle(self, signum, _frame) -> None:
+        self.signum = signum
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
 
 
 def main(argv: list[str] | None = None) -> int:

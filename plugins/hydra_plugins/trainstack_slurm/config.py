@@ -23,6 +23,7 @@ class TrainstackSlurmQueueConf(SlurmQueueConf):
     max_requeues: int = 10  # trainstack: requeues of any cause (SLURM_RESTART_COUNT)
     ray_timeout_s: int = 300  # multi-node: wait this long for every node and GPU to join Ray
     metric: Optional[str] = "rollout/raw_reward"  # the value a finished job returns to the sweeper
+    throttle_s: float = 0.02  # pause between two sbatch calls (submitit's own default: 0.2 s)
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="slurm", node=TrainstackSlurmQueueConf(),

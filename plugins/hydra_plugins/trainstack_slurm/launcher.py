@@ -24,7 +24,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 log = logging.getLogger(__name__)
 
 SETTING_KEYS = ("wait", "array", "dry", "timeout_min", "cpus_per_task", "mem_gb", "signal_delay_s", "max_num_timeout",
-                "max_requeues", "ray_timeout_s", "metric", "setup", "array_parallelism")
+                "max_requeues", "ray_timeout_s", "metric", "setup", "array_parallelism", "throttle_s")
 
 
 class TrainstackSlurmLauncher(SlurmLauncher):
