@@ -112,7 +112,7 @@ def trainstack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def squeue(job_ids) -> dict[str, tuple[str, str]]:
-    out = subprocess.run(["squeue", "-h", "-o", "%i|%T|%r"], capture_output=True, text=True).stdout
+    out = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%r"], capture_output=True, text=True).stdout
     rows = {ln.split("|")[0]: tuple(ln.split("|")[1:3]) for ln in out.splitlines() if ln.count("|") == 2}
     return {j: rows[j] for j in job_ids if j in rows}
 

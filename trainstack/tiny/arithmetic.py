@@ -1,10 +1,18 @@
-"""The built-in ``arithmetic`` task: single-digit sums and differences, verifiable reward.
+"""The built-in ``arithmetic`` task: two-digit ± one-digit without carry, verifiable reward.
 
-Prompts look like ``"3+4="`` / ``"8-5="`` and every answer is one digit (0-9), so a random
-policy over the 16-character alphabet is right by chance ~1/16 of the time on its first
-character: enough reward signal for GRPO from random weights. The full problem space
-(55 sums + 55 differences) is split into train/eval by a seeded shuffle, so the eval
-prompts are held out. Writing the files is deterministic in ``seed``.
+Prompts look like ``"23+4="`` / ``"58-5="``: a two-digit number (10-99) plus or minus a
+digit where the ones column never carries or borrows, so every answer is two digits
+(``"27"``, ``"53"``): the tens digit is copied from the prompt and the ones digit is one of
+the 110 single-digit facts ``b+c`` (b+c <= 9) / ``b-c`` (b >= c). 9 tens digits x 110 facts
+= 990 problems.
+
+Held-out split (why held-out prompts are learnable): for every ones fact, ``holdout`` of its
+9 tens digits are held out for eval (seeded), the rest are training prompts. So every eval
+prompt is a *new pair* (tens digit, fact): each of its two answer digits was seen in
+training on other prompts, never together. A model that computes the answer column by
+column generalises; one that memorises whole prompts does not. (The previous design held out
+whole single-digit facts, "3+4=", which no amount of training data covers: a supervised
+model reached ~45 % exact on them.) Writing the files is deterministic in ``seed``.
 
 ``reward`` has slime's ``--custom-rm-path`` signature and imports nothing heavy, so the
 same function runs on slime (put trainstack on the workers' PYTHONPATH) and here.
@@ -19,32 +27,49 @@ import re
 from pathlib import Path
 
 _LEADING_INT = re.compile(r"\s*(-?\d+)")
+HOLDOUT = 2  # tens digits held out per ones fact: 2 x 110 = 220 eval prompts, 770 train
+
+
+def facts() -> list[tuple[int, str, int]]:
+    """The 110 single-digit ones-column facts (b, op, c): b+c <= 9 or b-c >= 0."""
+    out = []
+    for b in range(10):
+        for c in range(10):
+            if b + c <= 9:
+                out.append((b, "+", c))
+            if b - c >= 0:
+                out.append((b, "-", c))
+    return out
+
+
+def _item(a: int, b: int, op: str, c: int) -> dict:
+    x = 10 * a + b
+    return {"prompt": f"{x}{op}{c}=", "label": str(x + c if op == "+" else x - c)}
 
 
 def problems() -> list[dict]:
     """Every problem of the task, in a fixed order."""
-    out = []
-    for a in range(10):
-        for b in range(10):
-            if a + b <= 9:
-                out.append({"prompt": f"{a}+{b}=", "label": str(a + b)})
-            if a - b >= 0:
-                out.append({"prompt": f"{a}-{b}=", "label": str(a - b)})
-    return out
+    return [_item(a, b, op, c) for (b, op, c) in facts() for a in range(1, 10)]
 
 
-def split(seed: int = 0, eval_fraction: float = 0.2) -> tuple[list[dict], list[dict]]:
-    items = problems()
-    random.Random(seed).shuffle(items)
-    n_eval = max(1, int(round(len(items) * eval_fraction)))
-    return items[n_eval:], items[:n_eval]
+def split(seed: int = 0, holdout: int = HOLDOUT) -> tuple[list[dict], list[dict]]:
+    """(train, eval): per ones fact, ``holdout`` seeded tens digits go to eval. Disjoint prompts."""
+    rng = random.Random(seed)
+    train, evals = [], []
+    for (b, op, c) in facts():
+        tens = list(range(1, 10))
+        rng.shuffle(tens)
+        evals += [_item(a, b, op, c) for a in sorted(tens[:holdout])]
+        train += [_item(a, b, op, c) for a in sorted(tens[holdout:])]
+    rng.shuffle(train)
+    return train, evals
 
 
-def write_task(out_dir: str | os.PathLike, seed: int = 0, eval_fraction: float = 0.2) -> dict[str, str]:
+def write_task(out_dir: str | os.PathLike, seed: int = 0, holdout: int = HOLDOUT) -> dict[str, str]:
     """Write ``train.jsonl`` and ``eval.jsonl`` (keys ``prompt``/``label``); returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    train, evals = split(seed, eval_fraction)
+    train, evals = split(seed, holdout)
     paths = {}
     for name, rows in (("train", train), ("eval", evals)):
         p = out / f"{name}.jsonl"
@@ -58,10 +83,19 @@ def write_task(out_dir: str | os.PathLike, seed: int = 0, eval_fraction: float =
 
 
 def prepare(data_dir: str | os.PathLike) -> dict[str, str]:
-    """The env's ``meta.prepare`` hook: writes ``<data_dir>/arithmetic/{train,eval}.jsonl`` if missing."""
+    """The env's ``meta.prepare`` hook: writes ``<data_dir>/arithmetic/{train,eval}.jsonl`` if missing
+    (or if they hold an older version of the task)."""
     d = Path(data_dir) / "arithmetic"
     paths = {"train": str(d / "train.jsonl"), "eval": str(d / "eval.jsonl")}
-    if not all(os.path.exists(p) for p in paths.values()):
+    want = split()
+    current = True
+    for name, rows in zip(("train", "eval"), want):
+        try:
+            with open(paths[name], encoding="utf-8") as f:
+                current = current and [json.loads(x) for x in f if x.strip()] == rows
+        except (OSError, ValueError):
+            current = False
+    if not current:
         paths = write_task(d)
     return paths
 
@@ -73,19 +107,29 @@ def parse_answer(response: str) -> int | None:
 
 
 def score(response: str, label) -> float:
-    """1.0 for the right answer; partial credit 1 - |error|/4 for a near miss; 0 for no number.
+    """1.0 for the right answer; digit-wise near-miss credit otherwise; 0 for no number.
 
-    The near-miss credit gives RL from random weights a dense signal along the number line
-    (and is what makes held-out prompts learnable); only exact answers reach 1.0.
+    The response's leading integer is compared with the label column by column: a column
+    ``k`` off earns ``1 - k/4`` (0 from 4 off), the score is the mean over columns, and an
+    answer with the wrong number of digits (or sign) earns 0. For one-digit answers this is
+    ``1 - |error|/4``. Only the exact answer reaches 1.0 (``is_correct``). The near-miss
+    credit gives RL from random weights a dense signal (with exact match only, GRPO from
+    random weights collapsed to a constant answer in our runs).
     """
     pred = parse_answer(response)
     if pred is None or label is None:
         return 0.0
     try:
-        err = abs(pred - int(str(label).strip()))
+        want = int(str(label).strip())
     except ValueError:
         return 0.0
-    return max(0.0, 1.0 - err / 4.0)
+    if pred == want:
+        return 1.0
+    p, w = str(pred), str(want)
+    if len(p) != len(w) or (pred < 0) != (want < 0):
+        return 0.0
+    cols = [max(0.0, 1.0 - abs(int(x) - int(y)) / 4.0) for x, y in zip(p.lstrip("-"), w.lstrip("-"))]
+    return sum(cols) / len(cols)
 
 
 def is_correct(response: str, label) -> bool:
@@ -101,9 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m trainstack.tiny.arithmetic", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for train.jsonl and eval.jsonl")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-fraction", type=float, default=0.2)
+    p.add_argument("--holdout", type=int, default=HOLDOUT, help="tens digits held out per ones fact (of 9)")
     a = p.parse_args(argv)
-    for name, path in write_task(a.out, a.seed, a.eval_fraction).items():
+    for name, path in write_task(a.out, a.seed, a.holdout).items():
         print(f"{name}: {path}")
 
 
