@@ -3,6 +3,7 @@ and a copy-pastable command. Secrets are redacted in everything printed."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,46 +38,52 @@ def _flag_rows(cmd: SlimeCommand, run: ResolvedRun, group: str) -> list[tuple[st
     return rows
 
 
+class _Style:
+    """ANSI styling on a terminal, plain text in pipes and logs."""
+
+    def __init__(self, stream):
+        self.on = bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.on else text
+
+
+def _tree_lines(value: Any, style: _Style, indent: str = "") -> list[str]:
+    lines = []
+    for k, v in value.items():
+        if isinstance(v, dict) and v:
+            lines.append(f"{indent}{style(str(k), '36')}:")
+            lines += _tree_lines(v, style, indent + "  ")
+        else:
+            shown = v if isinstance(v, str) else json.dumps(v)
+            lines.append(f"{indent}{style(str(k), '36')}: {shown}")
+    return lines
+
+
+def _rule(title: str, style: _Style, width: int = 100) -> str:
+    return style(f"── {title} " + "─" * max(width - len(title) - 4, 0), "1")
+
+
 def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.tree import Tree
-
+    """Everything a launch would do, nothing done: config tree, argv by group with sources, env, command."""
     out = file or sys.stdout
-    console = Console(file=out, soft_wrap=False, highlight=False,
-                      width=None if getattr(out, "isatty", lambda: False)() else 160)
-    tree = Tree(f"[bold]{run.run_id}[/]  (run dir {run.run_dir})")
-
-    def add(node: Tree, value: Any) -> None:
-        for k, v in value.items():
-            if isinstance(v, dict):
-                add(node.add(f"[cyan]{k}[/]"), v) if v else node.add(f"[cyan]{k}[/]: {{}}")
-            else:
-                node.add(f"[cyan]{k}[/]: {json.dumps(v) if not isinstance(v, str) else v}")
-
-    add(tree, redact(run.config))
-    console.rule("resolved config")
-    console.print(tree)
+    st = _Style(out)
+    lines = [_rule(f"resolved config: {run.run_id}  (run dir {run.run_dir})", st)]
+    lines += _tree_lines(redact(run.config), st)
     for group in ("megatron", "sglang", "slime"):
         rows = _flag_rows(cmd, run, group)
-        t = Table(title=f"{group} arguments ({len(rows)})", title_justify="left", show_edge=False, expand=False)
-        t.add_column("flag", style="green", no_wrap=True)
-        t.add_column("value", overflow="fold")
-        t.add_column("from", style="dim", no_wrap=True)
+        lines.append(_rule(f"{group} arguments ({len(rows)})", st))
+        w_flag = max((len(f) for f, _, _ in rows), default=0)
+        w_val = min(max((len(v) for _, v, _ in rows), default=0), 60)
         for flag, value, src in rows:
-            t.add_row(flag, value, src)
-        console.print(t)
-    env = Table(title="runtime env", title_justify="left", show_edge=False)
-    env.add_column("var", style="green")
-    env.add_column("value", overflow="fold")
-    for k, v in sorted(cmd.redacted_env().items()):
-        env.add_row(k, v)
-    console.print(env)
-    for w in run.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.rule("command")
-    # Plain print: rich would wrap the line and break copy-paste.
-    print(cmd.shell_line(), file=file or sys.stdout, flush=True)
+            lines.append(f"  {st(flag.ljust(w_flag), '32')}  {value.ljust(w_val)}  {st(src, '2')}")
+    lines.append(_rule("runtime env", st))
+    lines += [f"  {st(k, '32')}={v}" for k, v in sorted(cmd.redacted_env().items())]
+    lines += [st("warning: ", "33") + w for w in run.warnings]
+    lines.append(_rule("command", st))
+    lines.append(cmd.shell_line())  # one line, never wrapped: copy-pastable
+    out.write("\n".join(lines) + "\n")
+    out.flush()
 
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:

@@ -147,7 +147,7 @@ def _selected_files(conf_dir: Path, overrides: list[str]) -> list[Path]:
     files = [conf_dir / "config.yaml"]
     chosen: dict[str, list[str]] = {}
     try:
-        primary = yaml.safe_load(files[0].read_text()) or {}
+        primary = yaml.load(files[0].read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except (OSError, yaml.YAMLError):
         return files
     for entry in primary.get("defaults", []):
@@ -174,6 +174,7 @@ def yaml_errors(conf_dir: str, overrides: list[str]) -> list[ConfigError]:
     """A broken YAML file is one message naming the file and line, not a parser traceback."""
     import yaml
 
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster than the pure-Python parser
     errors = []
     for path in _selected_files(Path(conf_dir), overrides):
         try:
@@ -181,7 +182,7 @@ def yaml_errors(conf_dir: str, overrides: list[str]) -> list[ConfigError]:
         except OSError:
             continue
         try:
-            yaml.safe_load(text)
+            yaml.load(text, Loader=loader)
         except yaml.YAMLError as ex:
             mark = getattr(ex, "problem_mark", None)
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -1,0 +1,60 @@
+"""Dry run and `trainstack render`: everything printed, nothing written but the asked-for file,
+secrets redacted everywhere."""
+import json
+
+from conftest import files_under, run_py
+from trainstack import cli
+
+
+def test_dry_run_prints_tree_groups_env_command_and_writes_nothing(tmp_path):
+    res = run_py("experiment=qwen3-4B-grpo-dapo", "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for section in ("resolved config", "megatron arguments", "sglang arguments", "slime arguments", "runtime env",
+                    "command"):
+        assert f"── {section}" in out, section
+    assert "--sglang-mem-fraction-static" in out and "conf/model/qwen3-4B.yaml" in out
+    assert "conf/experiment/qwen3-4B-grpo-dapo.yaml" in out  # where --lr came from
+    command = out.rstrip().splitlines()[-1]
+    assert command.startswith("ray job submit --address=http://127.0.0.1:8265 ")
+    assert "/train.py --tensor-model-parallel-size 2" in command
+    assert "pkill" not in out and "ray stop" not in out
+    assert files_under(tmp_path) == []
+
+
+def test_dry_run_output_file_is_the_only_thing_written(tmp_path):
+    res = run_py("experiment=qwen3-4B-base-sft", "dry_run=true", "output=cmd.json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert files_under(tmp_path) == ["cmd.json"]
+    data = json.loads((tmp_path / "cmd.json").read_text())
+    assert data["entrypoint"][-1].endswith("/train_async.py") and "--debug-train-only" in data["argv"]
+
+
+def test_secrets_are_redacted_in_everything_printed(tmp_path, capsys):
+    res = run_py("runtime_env.env_vars.WANDB_API_KEY=sekret-123", "runtime_env.env_vars.HF_TOKEN=hf-456",
+                 "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "sekret-123" not in res.stdout + res.stderr and "hf-456" not in res.stdout + res.stderr
+    assert "WANDB_API_KEY=<redacted>" in res.stdout
+    cli.main(["render", "runtime_env.env_vars.WANDB_API_KEY=sekret-123", "-o", str(tmp_path / "r.json")])
+    assert "sekret-123" not in (tmp_path / "r.json").read_text()
+
+
+def test_default_dry_run_is_the_cpu_smoke_run_on_the_tiny_trainer(tmp_path):
+    res = run_py("dry_run=true", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "-m trainstack.tiny.train" in res.stdout.splitlines()[-1]
+    from trainstack.pipeline import build_from_overrides
+
+    a, _ = build_from_overrides([])
+    b, _ = build_from_overrides(["experiment=cpu-smoke"])
+    assert a.args == {**b.args, "save": a.args["save"], "load": a.args["load"]}  # same run, other name
+
+
+def test_render_json_for_tools(tmp_path, capsys):
+    assert cli.main(["render", "experiment=qwen3-4B-grpo-dapo"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run_id"].startswith("qwen3-4B-grpo-dapo-")
+    assert set(data["groups"]) == {"megatron", "sglang", "slime"}
+    assert data["argv"] == data["groups"]["megatron"] + data["groups"]["sglang"] + data["groups"]["slime"]
+    assert data["ray_submit"][:3] == ["ray", "job", "submit"]
