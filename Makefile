@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast bench golden install
+.PHONY: run test test-fast bench bench-slurm golden install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,6 @@ golden: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/dry_run_latency.py
+
+bench-slurm: $(STAMP)
+	$(PY) benchmarks/slurm_submit.py

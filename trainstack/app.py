@@ -1,6 +1,7 @@
 """The Hydra task behind run.py: build the run, then dry-run it or launch it."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -51,7 +52,8 @@ def run_app(cfg: Any) -> None:
         report_and_exit(err)
     from trainstack.launch.local import EXIT_BUSY
 
-    if not sweep and code != EXIT_BUSY:
+    submitted_only = run.cluster.launcher == "slurm" and not os.environ.get("TRAINSTACK_SLURM_JOB")
+    if not sweep and code != EXIT_BUSY and not submitted_only:
         print_summary(run, code)
     if code and not sweep:
         sys.exit(code)

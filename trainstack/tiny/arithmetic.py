@@ -73,7 +73,7 @@ def write_task(out_dir: str | os.PathLike, seed: int = 0, holdout: int = HOLDOUT
     paths = {}
     for name, rows in (("train", train), ("eval", evals)):
         p = out / f"{name}.jsonl"
-        tmp = p.with_suffix(".jsonl.tmp")
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")  # private: concurrent preparers never share it
         with open(tmp, "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")

@@ -1,0 +1,62 @@
+"""`hydra/sweeper: trainstack` and `hydra/launcher: trainstack_local` (the defaults in conf/config.yaml).
+
+Behaviour is Hydra's BasicSweeper/BasicLauncher; only how each point's config is composed differs
+(see trainstack/sweep_cache.py, equivalence tested in tests/test_sweep_cache.py).
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from omegaconf import open_dict
+
+from trainstack.sweep_cache import SweepConfigCache
+
+
+@dataclass
+class TrainstackSweeperConf:
+    _target_: str = "hydra_plugins.trainstack_local.plugins.TrainstackSweeper"
+    max_batch_size: Optional[int] = None
+    params: Optional[dict] = None
+
+
+@dataclass
+class TrainstackLocalLauncherConf:
+    _target_: str = "hydra_plugins.trainstack_local.plugins.TrainstackLocalLauncher"
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="trainstack", node=TrainstackSweeperConf, provider="trainstack")
+ConfigStore.instance().store(group="hydra/launcher", name="trainstack_local", node=TrainstackLocalLauncherConf,
+                             provider="trainstack")
+
+
+class TrainstackSweeper(BasicSweeper):
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
+        for overrides in batch:
+            cache.load(list(overrides))
+
+
+class TrainstackLocalLauncher(BasicLauncher):
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
+        runs: List[JobReturn] = []
+        for idx, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + idx
+            sweep_config = cache.load(list(overrides))
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = idx
+                sweep_config.hydra.job.num = idx
+            runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
+                                config=sweep_config, job_dir_key="hydra.sweep.dir",
+                                job_subdir_key="hydra.sweep.subdir"))
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return runs

@@ -1,0 +1,68 @@
+"""Compose each sweep point without recomposing the whole tree.
+
+Hydra composes every point of a sweep from scratch, twice (the sweeper validates the batch, the
+launcher composes again): ~0.2 s per composition of this tree on a 2-core machine, 100 s for 256
+points. Most sweep overrides only set values (`algo.lr=2e-6`), which Hydra applies *after*
+composition. So: compose once per distinct set of *structural* overrides (group choices such as
+`model=...`/`experiment=...`, `hydra.*`, package or delete overrides), then apply the value
+overrides to a copy with Hydra's own override code. The result is the same config Hydra would
+build (tested against `load_sweep_config` in tests/test_sweep_cache.py).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Sequence
+
+_CACHES: dict[int, "SweepConfigCache"] = {}
+
+
+class SweepConfigCache:
+    def __init__(self, config_loader: Any, master_config: Any):
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        self.loader = config_loader
+        self.master = master_config
+        self.parser = OverridesParser.create()
+        self._bases: dict[tuple[str, ...], Any] = {}
+
+    @classmethod
+    def for_master(cls, config_loader: Any, master_config: Any) -> "SweepConfigCache":
+        """One cache per sweep (master config), shared by the sweeper's validation and the launcher."""
+        key = id(master_config)
+        cache = _CACHES.get(key)
+        if cache is None or cache.master is not master_config:
+            cache = _CACHES[key] = cls(config_loader, master_config)
+        return cache
+
+    def _structural(self, override: Any) -> bool:
+        if override.is_hydra_override() or override.package is not None or override.is_delete():
+            return True
+        key = override.key_or_group
+        if "/" in key or "@" in key:
+            return True
+        try:
+            return bool(self.loader.repository.group_exists(key))
+        except AttributeError:  # unknown loader: compose from scratch
+            return True
+
+    def load(self, sweep_overrides: Sequence[str]) -> Any:
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from omegaconf import OmegaConf, open_dict
+
+        parsed = self.parser.parse_overrides(list(sweep_overrides))
+        structural = tuple(o.input_line for o in parsed if self._structural(o))
+        values = [o for o in parsed if not self._structural(o)]
+        base = self._bases.get(structural)
+        if base is None:
+            base = self.loader.load_sweep_config(self.master, list(structural))
+            self._bases[structural] = base
+        cfg = copy.deepcopy(base)
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        app = [o for o in parsed if not o.is_hydra_override()]
+        with open_dict(cfg.hydra):
+            cfg.hydra.overrides.task = [o.input_line for o in app]
+            conf = cfg.hydra.job.config.override_dirname
+            cfg.hydra.job.override_dirname = get_overrides_dirname(
+                overrides=app, kv_sep=conf.kv_sep, item_sep=conf.item_sep, exclude_keys=conf.exclude_keys)
+        OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
+        return cfg
