@@ -3,7 +3,10 @@
 Runs ``python -m trainstack.tiny.train`` with the cpu-smoke argv (model=tiny + algo=grpo +
 env=arithmetic + a local 1-"GPU" colocated cluster, saves every 100 rollouts) and a fixed
 seed, then writes the reward curve, eval curve, wall time and the child's peak RSS to
-``benchmarks/results/tiny_learning.json``.
+``benchmarks/results/tiny_learning.json``. It also scores the final checkpoint's *exact-match*
+accuracy on the held-out eval prompts (the reward gives near-miss partial credit, so
+``eval/arithmetic`` alone overstates how many answers are exactly right): sampled at the
+rollout temperature (same as ``eval/arithmetic``) and greedy.
 
     .venv/bin/python benchmarks/tiny_learning.py [--num-rollout N] [--seed S]
 """
@@ -29,9 +32,9 @@ def cpu_smoke_argv(data: Path, ckpt: Path, num_rollout: int, seed: int) -> list[
         # model=tiny
         "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "256",
         "--seq-length", "32", "--max-position-embeddings", "32", "--hidden-dropout", "0.0",
-        "--attention-dropout", "0.0", "--lr", "2e-3",
-        # algo=grpo
-        "--advantage-estimator", "grpo", "--eps-clip", "0.2", "--eps-clip-high", "0.28", "--entropy-coef", "0.0",
+        "--attention-dropout", "0.0", "--lr", "1e-3",
+        # algo=grpo (entropy_coef 0.0 there; env=arithmetic overrides it to 0.1)
+        "--advantage-estimator", "grpo", "--eps-clip", "0.2", "--eps-clip-high", "0.28", "--entropy-coef", "0.1",
         "--optimizer", "adam", "--lr-decay-style", "constant", "--weight-decay", "0.1", "--adam-beta1", "0.9",
         "--adam-beta2", "0.98",
         # env=arithmetic
@@ -48,9 +51,37 @@ def cpu_smoke_argv(data: Path, ckpt: Path, num_rollout: int, seed: int) -> list[
     ]
 
 
+def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict:
+    """Exact-match accuracy (and mean reward) of the final checkpoint on the eval prompts."""
+    from trainstack.tiny.arithmetic import is_correct, score
+    from trainstack.tiny.checkpoint import load_checkpoint
+    from trainstack.tiny.cli import main_parse
+    from trainstack.tiny.generate import make_generator, sample
+    from trainstack.tiny.model import ModelConfig, build_model, setup_determinism
+    from trainstack.tiny.tokenizer import CharTokenizer
+
+    setup_determinism(1)
+    args = main_parse(argv).args
+    tok = CharTokenizer()
+    model = build_model(ModelConfig.from_args(args, tok.vocab_size), args.seed)
+    _, st = load_checkpoint(str(ckpt), None, load_optim=False, load_rng=False)
+    model.load_state_dict(st.model)
+    rows = [json.loads(x) for x in eval_file.read_text().splitlines() if x.strip()]
+    out = {"eval_prompts": len(rows)}
+    for name, temp, k in (("sampled", args.rollout_temperature, n), ("greedy", 0.0, 1)):
+        gens = sample(model, [tok.encode(r["prompt"]) for r in rows for _ in range(k)],
+                      max_new_tokens=args.rollout_max_response_len, temperature=temp,
+                      generator=make_generator(args.seed, "bench-exact", name))
+        labels = [r["label"] for r in rows for _ in range(k)]
+        resp = [tok.decode(g.output_ids) for g in gens]
+        out[f"{name}_exact_match"] = round(sum(is_correct(x, y) for x, y in zip(resp, labels)) / len(resp), 4)
+        out[f"{name}_mean_reward"] = round(sum(score(x, y) for x, y in zip(resp, labels)) / len(resp), 4)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-rollout", type=int, default=1200)
+    p.add_argument("--num-rollout", type=int, default=800)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tiny_learning.json"))
     a = p.parse_args()
@@ -71,6 +102,8 @@ def main() -> None:
             sys.exit(f"run failed ({r.returncode}):\n{r.stderr[-3000:]}")
         peak_rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         recs = [json.loads(x) for x in (tmp / "metrics.jsonl").read_text().splitlines()]
+        n_train = len((tmp / "data" / "train.jsonl").read_text().splitlines())
+        exact = eval_exact(tmp / "ckpt", tmp / "data" / "eval.jsonl", argv)
     reward = [d["metrics"]["rollout/raw_reward"] for d in recs if d["step_key"] == "rollout/step"]
     step_times = [d["metrics"]["perf/step_time"] for d in recs if d["step_key"] == "rollout/step"]
     evals = {d["step"]: d["metrics"]["eval/arithmetic"] for d in recs if d["step_key"] == "eval/step"}
@@ -97,11 +130,15 @@ def main() -> None:
         "mean_step_time_s": round(mean(step_times), 4),
         "reward_first10": round(mean(reward[:10]), 4),
         "reward_last20": round(mean(reward[-20:]), 4),
+        "reward_last100": round(mean(reward[-100:]), 4),
         "reward_max_20_window": round(max(mean(reward[i:i + 20]) for i in range(max(1, len(reward) - 19))), 4),
         "rollout_reaching_0.7_(20-rollout mean)": first_reaching(0.7),
+        "rollout_reaching_0.9_(20-rollout mean)": first_reaching(0.9),
         "eval_arithmetic_by_rollout": evals,
         "eval_first": evals.get(min(evals)) if evals else None,
         "eval_last": evals.get(max(evals)) if evals else None,
+        "train_prompts": n_train,
+        "final_checkpoint_on_eval_prompts": exact,
         "reward_curve_every_10": [round(mean(reward[i:i + 10]), 4) for i in range(0, len(reward), 10)],
     }
     for i, x in enumerate(result["argv"]):

@@ -46,6 +46,12 @@ def run_app(cfg: Any) -> None:
     from trainstack.display import print_summary
     from trainstack.launch import launch
 
+    if sweep and run.cluster.launcher != "slurm":  # the SLURM launcher writes its own manifest
+        from trainstack.rundir import record_sweep_point
+
+        record_sweep_point(hc.sweep.dir, run.run_id, run.run_dir, [o.lstrip("+") for o in origin.overrides],
+                           hc.job.num)
+
     try:
         code = launch(run, cmd)
     except ConfigErrors as err:

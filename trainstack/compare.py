@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack.diff import flatten, is_run_dir, redact_tree, run_ids
+from trainstack.diff import flatten, is_run_dir, run_ids
+from trainstack.display import redact
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.metrics import RunMetrics, Series, read_local, step_key_for, wandb_run_id
+from trainstack.metrics import RunMetrics, read_local, step_key_for, wandb_run_id
 
 DEFAULT_METRICS = ("rollout/raw_reward", "eval/*")
 LOWER_IS_BETTER = ("loss", "kl", "grad_norm", "clipfrac", "truncated", "time")
@@ -71,7 +72,7 @@ def load_record(run_dir: Path) -> RunRecord:
     argv = command.get("argv") or []
     group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
     return RunRecord(run_id=command.get("run_id") or config.get("run_id") or run_dir.name, run_dir=run_dir,
-                     config=redact_tree(config), status=_read_json(run_dir / "status.json"), group=group)
+                     config=redact(config), status=_read_json(run_dir / "status.json"), group=group)
 
 
 def _bad_target(target: str, runs_root: Path) -> ConfigError:
@@ -283,7 +284,7 @@ def attach_metrics(records: list[RunRecord], source: str, project: str | None = 
     for ar in api_runs:
         rec = ids.get(ar.id)
         if rec is None:  # a run found by group that has no local directory: its W&B config is the config
-            rec = RunRecord(run_id=ar.id, run_dir=None, config=redact_tree(ar.config), group=ar.group,
+            rec = RunRecord(run_id=ar.id, run_dir=None, config=redact(ar.config), group=ar.group,
                             status={"state": ar.state})
             records.append(rec)
             ids[ar.id] = rec

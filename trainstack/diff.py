@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainstack.display import redact
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.render import REDACTED
 from trainstack.resolve import CONF_DIR, Origin, is_secret_name
@@ -58,15 +59,6 @@ class Side:
 
 
 # -- redaction and flattening -------------------------------------------------------------------
-def redact_tree(tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: (REDACTED if is_secret_name(str(k)) and v not in (None, "", {}) and not isinstance(v, (dict, bool))
-                    else redact_tree(v)) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [redact_tree(v) for v in tree]
-    return tree
-
-
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Nested mappings -> {dotted.path: leaf}; lists and empty mappings are leaves."""
     out: dict[str, Any] = {}
@@ -146,7 +138,7 @@ def load_run_dir(path: Path, spec: str, conf_dir: Path) -> Side:
     except (OSError, yaml.YAMLError):
         overrides = []
     origin = Origin(choices=choices, overrides=[str(o) for o in overrides], conf_dir=conf_dir)
-    config = redact_tree(config)
+    config = redact(config)
     sources = {}
     for key in flatten(config):
         head, _, dest = key.partition(".")
@@ -170,7 +162,7 @@ def compose_side(overrides: list[str], spec: str, conf_dir: str | None, label: s
     from trainstack.pipeline import build_from_overrides
 
     run, cmd = build_from_overrides(overrides, conf_dir)
-    config = redact_tree(run.config)
+    config = redact(run.config)
     sources = {key: run.origin.source_of(key) for key in flatten(config)}
     for key in sources:
         head, _, dest = key.partition(".")

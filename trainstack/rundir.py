@@ -121,3 +121,17 @@ class RunDir:
             if "rollout/raw_reward" in rec.get("metrics", {}):
                 rewards.append(rec["metrics"]["rollout/raw_reward"])
         return latest, rewards
+
+
+def record_sweep_point(sweep_dir: str | Path, run_id: str, run_dir: str, overrides: list[str], job_num: int,
+                       scheduler: str = "local") -> Path:
+    """Add one point to `<sweep_dir>/sweep.json` (the manifest `trainstack compare/status` read).
+    Local sweep points run one after another in one process, so read-modify-write is safe."""
+    path = Path(sweep_dir) / "sweep.json"
+    manifest = read_json(path) or {"sweep_dir": str(Path(sweep_dir).resolve()), "created_at": now_iso(),
+                                   "scheduler": scheduler, "runs": []}
+    manifest["runs"] = [r for r in manifest["runs"] if r.get("job_num") != job_num]
+    manifest["runs"].append({"run_id": run_id, "run_dir": run_dir, "overrides": overrides, "job_num": job_num,
+                             "job_id": None})
+    atomic_write(path, json.dumps(manifest, indent=1) + "\n")
+    return path

@@ -48,7 +48,6 @@ class TargetError(Exception):
 
 def _run_row(run_dir: Path, run_id: str | None = None, overrides: Sequence[str] | None = None,
              job_id: str | None = None, logs: dict | None = None) -> Row:
-    rd = RunDir(run_dir)
     slurm = read_json(run_dir / "slurm.json", {}) or {}
     if overrides is None:
         try:

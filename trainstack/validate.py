@@ -326,7 +326,7 @@ def gpu_budget(ctx: Ctx) -> list[ConfigError]:
                            f"({c.gpus_per_node})", f"use at most {c.gpus_per_node}, or a bigger cluster"))
     if int(ctx.get("actor_num_nodes") or 1) > c.num_nodes:
         out.append(ctx.err("actor_num_nodes", f"asks for more nodes than cluster={c.name} has ({c.num_nodes})",
-                           f"raise cluster.num_nodes or lower actor_num_nodes"))
+                           "raise cluster.num_nodes or lower actor_num_nodes"))
     rollout = ctx.rollout_gpus
     if not ctx.train_only and not ctx.rollout_only and rollout is None and not ctx.is_set("rollout_external_engine_addrs"):
         out.append(ctx.err("rollout_num_gpus", "training and rollout are not colocated and no GPUs are given to "

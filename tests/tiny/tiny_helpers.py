@@ -14,7 +14,7 @@ ARCH = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4"
         "--seq-length", "32", "--max-position-embeddings", "32", "--hidden-dropout", "0.0", "--attention-dropout", "0.0"]
 GRPO = ["--advantage-estimator", "grpo", "--eps-clip", "0.2", "--eps-clip-high", "0.28", "--entropy-coef", "0.0",
         "--optimizer", "adam", "--lr-decay-style", "constant", "--weight-decay", "0.1", "--adam-beta1", "0.9",
-        "--adam-beta2", "0.98", "--lr", "2e-3"]
+        "--adam-beta2", "0.98", "--lr", "1e-3"]
 CLUSTER = ["--actor-num-nodes", "1", "--actor-num-gpus-per-node", "1", "--colocate"]
 
 

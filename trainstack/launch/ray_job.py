@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from trainstack.launch.local import launch_run
+from trainstack.procgroup import stop_group
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 from trainstack.rundir import RunDir
@@ -74,16 +75,7 @@ class LocalRayHead:
         raise RuntimeError(f"Ray head did not answer at {self.address} within {timeout:.0f} s")
 
     def stop(self) -> None:
-        for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc)
         self.log.close()
 
 

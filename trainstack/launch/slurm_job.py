@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainstack.procgroup import stop_group
+
 EXIT_RAY = 70  # the Ray cluster could not be assembled
 
 
@@ -109,20 +111,7 @@ class RayNode:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        for sig, wait in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:  # raylet children left in the group
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        stop_group(self.proc)
         self.log.close()
 
 

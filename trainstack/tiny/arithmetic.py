@@ -1,18 +1,18 @@
-"""The built-in ``arithmetic`` task: two-digit ± one-digit without carry, verifiable reward.
+"""The built-in ``arithmetic`` task: two-digit + one-digit sums without carry, verifiable reward.
 
-Prompts look like ``"23+4="`` / ``"58-5="``: a two-digit number (10-99) plus or minus a
-digit where the ones column never carries or borrows, so every answer is two digits
-(``"27"``, ``"53"``): the tens digit is copied from the prompt and the ones digit is one of
-the 110 single-digit facts ``b+c`` (b+c <= 9) / ``b-c`` (b >= c). 9 tens digits x 110 facts
-= 990 problems.
+Prompts look like ``"23+4="`` -> ``"27"``: a two-digit number (10-99) plus a digit where the
+ones column never carries, so every answer is two digits: the tens digit is copied from the
+prompt and the ones digit is one of the 55 single-digit facts ``b+c`` (b+c <= 9).
+9 tens digits x 55 facts = 495 problems.
 
 Held-out split (why held-out prompts are learnable): for every ones fact, ``holdout`` of its
-9 tens digits are held out for eval (seeded), the rest are training prompts. So every eval
-prompt is a *new pair* (tens digit, fact): each of its two answer digits was seen in
-training on other prompts, never together. A model that computes the answer column by
-column generalises; one that memorises whole prompts does not. (The previous design held out
-whole single-digit facts, "3+4=", which no amount of training data covers: a supervised
-model reached ~45 % exact on them.) Writing the files is deterministic in ``seed``.
+9 tens digits are held out for eval (seeded), the other 7 are training prompts: 385 train,
+110 eval, disjoint. Every eval prompt is a *new pair* (tens digit, ones fact): both of its
+answer digits were seen in training on other prompts, never together, so a model that
+computes the answer column by column generalises and one that memorises whole prompts does
+not. (The earlier design held out whole single-digit facts, "3+4=", which no training data
+covers: the same model trained supervised reached ~45 % exact on them.) Writing the files is
+deterministic in ``seed``.
 
 ``reward`` has slime's ``--custom-rm-path`` signature and imports nothing heavy, so the
 same function runs on slime (put trainstack on the workers' PYTHONPATH) and here.
@@ -27,19 +27,12 @@ import re
 from pathlib import Path
 
 _LEADING_INT = re.compile(r"\s*(-?\d+)")
-HOLDOUT = 2  # tens digits held out per ones fact: 2 x 110 = 220 eval prompts, 770 train
+HOLDOUT = 2  # tens digits (of 9) held out per ones fact: 2 x 55 = 110 eval prompts, 385 train
 
 
 def facts() -> list[tuple[int, str, int]]:
-    """The 110 single-digit ones-column facts (b, op, c): b+c <= 9 or b-c >= 0."""
-    out = []
-    for b in range(10):
-        for c in range(10):
-            if b + c <= 9:
-                out.append((b, "+", c))
-            if b - c >= 0:
-                out.append((b, "-", c))
-    return out
+    """The 55 single-digit ones-column facts (b, "+", c) with b+c <= 9 (no carry)."""
+    return [(b, "+", c) for b in range(10) for c in range(10) if b + c <= 9]
 
 
 def _item(a: int, b: int, op: str, c: int) -> dict:

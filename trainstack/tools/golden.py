@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from trainstack.resolve import CONF_DIR, PROJECT_ROOT
 
