@@ -150,7 +150,7 @@ def _final_rewards(rd: Path) -> dict[int, float]:
 
 
 def test_sigkill_at_random_points_always_resumes_from_latest_complete_checkpoint(tmp_path):
-    n = 14
+    n = 80  # long enough that 20 kills land before the run can finish
     common = [f"env.num_rollout={n}", "args.save_interval=1", "env.eval_interval=null", "env.eval_prompt_data=null"]
     assert launch(tmp_path, "run_id=reference", *common).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_TINY_SLOW_SAVE": "0.03"}
@@ -159,13 +159,14 @@ def test_sigkill_at_random_points_always_resumes_from_latest_complete_checkpoint
     rd = run_dir(tmp_path, "victim")
     rng = random.Random(1234)
     kills = 0
-    for attempt in range(40):
-        if kills >= 20 or tracker(rd) == n - 1:
+    for attempt in range(60):
+        if kills >= 20:
             break
+        assert tracker(rd) != n - 1, "the run finished before 20 kills: raise n"
         before = tracker(rd)
         proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        time.sleep(rng.uniform(1.2, 3.5))
+        time.sleep(rng.uniform(0.8, 2.8))  # from before the trainer starts to mid-training / mid-save
         if proc.poll() is None:
             target = _trainer_pid(proc.pid) if attempt % 2 else None
             if target:

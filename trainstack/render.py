@@ -40,17 +40,23 @@ class SlimeCommand:
         return [*self.entrypoint, *self.argv]
 
     def redacted_env(self) -> dict[str, str]:
+        """For display: secrets shown as <redacted>."""
         return {k: (REDACTED if is_secret_name(k) else v) for k, v in self.env.items()}
 
+    def public_env(self) -> dict[str, str]:
+        """For runnable commands: secrets left out, so they come from the caller's environment
+        (a `KEY=<redacted>` there would override the real one)."""
+        return {k: v for k, v in self.env.items() if not is_secret_name(k)}
+
     def ray_submit_argv(self, address: str = RAY_ADDRESS) -> list[str]:
-        runtime_env = {"env_vars": self.redacted_env()}
+        runtime_env = {"env_vars": self.public_env()}
         return ["ray", "job", "submit", f"--address={address}",
                 f"--runtime-env-json={json.dumps(runtime_env, sort_keys=True)}", "--", *self.full_argv()]
 
     def shell_line(self) -> str:
-        """Copy-pastable command (secrets redacted): a Ray job for slime, a plain process for tiny."""
+        """Copy-pastable command (no secrets): a Ray job for slime, a plain process for tiny."""
         if self.backend == "tiny":
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.redacted_env().items()))
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.public_env().items()))
             return f"cd {shlex.quote(self.cwd)} && env {env} " + shlex.join(self.full_argv())
         return shlex.join(self.ray_submit_argv())
 
