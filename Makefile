@@ -30,6 +30,9 @@ golden: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/dry_run_latency.py
+	$(PY) benchmarks/checkpoint_lookup.py
+	$(PY) benchmarks/tiny_learning.py
+	$(PY) benchmarks/compare_read.py
 
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/slurm_submit.py

@@ -63,19 +63,25 @@ def first_rollout_seconds(argv: list[str], cwd: str, metrics: Path, after: int) 
             proc.wait()
 
 
-def resume_benchmark() -> dict:
+def resume_benchmark(reps: int = 3) -> dict:
+    """Same config both ways (eval off, prompt files already written): the difference is the cost
+    of finding, checking and loading the checkpoint (lease, resume plan, weights/optimizer/RNG/data)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    fresh, resumed = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        common = [sys.executable, str(ROOT / "run.py"), "run_id=bench", f"paths.runs_root={tmp}/runs",
-                  f"paths.data_root={tmp}/data", "env.num_rollout=6", "args.save_interval=2"]
-        metrics = Path(tmp) / "runs" / "bench" / "metrics.jsonl"
-        fresh = first_rollout_seconds(common, tmp, metrics, 0)
-        # let it finish 6 rollouts (checkpoint at 5), then extend and time the relaunch
-        subprocess.run(common, cwd=tmp, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, check=True)
-        done = inspect(f"{tmp}/runs/bench/checkpoints").latest_complete
-        resumed = first_rollout_seconds([*common[:-2], "env.num_rollout=8", "args.save_interval=2"], tmp, metrics,
-                                        done + 1)
-    return {"fresh_start_to_first_rollout_s": round(fresh, 2), "relaunch_to_first_new_rollout_s": round(resumed, 2),
-            "overhead_s": round(resumed - fresh, 2), "resumed_from": done}
+        base = [sys.executable, str(ROOT / "run.py"), f"paths.runs_root={tmp}/runs", f"paths.data_root={tmp}/data",
+                "env.eval_interval=null", "env.eval_prompt_data=null", "args.save_interval=2"]
+        subprocess.run([*base, "run_id=warm", "env.num_rollout=1"], cwd=tmp, env=env, capture_output=True, check=True)
+        for i in range(reps):
+            run = f"bench{i}"
+            metrics = Path(tmp) / "runs" / run / "metrics.jsonl"
+            fresh.append(first_rollout_seconds([*base, f"run_id={run}", "env.num_rollout=6"], tmp, metrics, 0))
+            subprocess.run([*base, f"run_id={run}", "env.num_rollout=6"], cwd=tmp, env=env, capture_output=True,
+                           check=True)  # finish: checkpoint at rollout 5
+            resumed.append(first_rollout_seconds([*base, f"run_id={run}", "env.num_rollout=8"], tmp, metrics, 6))
+    f, r = statistics.median(fresh), statistics.median(resumed)
+    return {"fresh_start_to_first_rollout_s": round(f, 2), "relaunch_to_first_new_rollout_s": round(r, 2),
+            "overhead_s": round(r - f, 2), "reps": reps, "resumed_from": 5}
 
 
 if __name__ == "__main__":

@@ -39,9 +39,10 @@ class TrainstackSlurmLauncher(SlurmLauncher):
 
         from trainstack.pipeline import build
         from trainstack.resolve import Origin
+        from trainstack.sweep_cache import SweepConfigCache
 
         assert self.hydra_context is not None and self.config is not None
-        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+        sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
         HydraConfig.instance().set_config(sweep_config)
         origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
         task_cfg = copy.deepcopy(sweep_config)
