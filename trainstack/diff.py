@@ -73,21 +73,15 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 def argv_flags(tokens: list[str]) -> dict[str, str]:
     """argv tokens of one group -> {flag: value text} (repeated flags joined with ' ; '), secrets redacted."""
     from trainstack.argtable import load_table
+    from trainstack.render import flag_spans
 
-    table = load_table()
+    flags = load_table().flag_to_dest
     out: dict[str, str] = {}
-    i = 0
-    while i < len(tokens):
-        flag = tokens[i]
-        j = i + 1
-        while j < len(tokens) and not (tokens[j].startswith("--") and tokens[j] in table.flag_to_dest):
-            j += 1
-        dest = table.flag_to_dest.get(flag, flag.lstrip("-").replace("-", "_"))
-        value = " ".join(tokens[i + 1:j])
-        if value and is_secret_name(dest):
+    for flag, vals in flag_spans(tokens):
+        value = " ".join(vals)
+        if value and is_secret_name(flags.get(flag, flag.lstrip("-").replace("-", "_"))):
             value = REDACTED
         out[flag] = f"{out[flag]} ; {value}" if flag in out else value
-        i = j
     return out
 
 

@@ -23,19 +23,10 @@ def redact(tree: Any) -> Any:
 
 def _flag_rows(cmd: SlimeCommand, run: ResolvedRun, group: str) -> list[tuple[str, str, str]]:
     from trainstack.argtable import load_table
+    from trainstack.render import flag_spans
 
-    table = load_table()
-    rows, toks = [], cmd.groups.get(group, [])
-    i = 0
-    while i < len(toks):
-        flag = toks[i]
-        j = i + 1
-        while j < len(toks) and not (toks[j].startswith("--") and toks[j] in table.flag_to_dest):
-            j += 1
-        dest = table.flag_to_dest.get(flag, "")
-        rows.append((flag, " ".join(toks[i + 1:j]), run.source(dest)))
-        i = j
-    return rows
+    flags = load_table().flag_to_dest
+    return [(flag, " ".join(vals), run.source(flags.get(flag, ""))) for flag, vals in flag_spans(cmd.groups.get(group, []))]
 
 
 class _Style:

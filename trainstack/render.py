@@ -98,6 +98,19 @@ def render_dest(spec: at.ArgSpec, value: Any) -> list[str]:
     return [spec.flag, format_value(value)]
 
 
+def flag_spans(tokens: list[str]) -> list[tuple[str, list[str]]]:
+    """Rendered argv -> [(flag, its value tokens)], splitting at tokens that are slime flags."""
+    flags = at.load_table().flag_to_dest
+    spans, i = [], 0
+    while i < len(tokens):
+        j = i + 1
+        while j < len(tokens) and not (tokens[j].startswith("--") and tokens[j] in flags):
+            j += 1
+        spans.append((tokens[i], tokens[i + 1:j]))
+        i = j
+    return spans
+
+
 def render_args(args: dict[str, Any]) -> dict[str, list[str]]:
     table = at.load_table()
     groups: dict[str, list[str]] = {g: [] for g in at.GROUPS}
