@@ -101,7 +101,7 @@ class TrainerProcess:
         return self.proc.returncode
 
 
-def final_state(code: int, signalled: int | None, run: ResolvedRun, last_ckpt: int | None) -> str:
+def final_state(code: int, signalled: int | None) -> str:
     if signalled is not None:
         return "interrupted"
     if code != 0:
@@ -177,7 +177,7 @@ def _run_with_lease(run: ResolvedRun, cmd: SlimeCommand, rundir: RunDir, lease: 
     latest, _ = rundir.last_metrics()
     rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
                  latest_checkpoint=state.latest_complete)
-    rundir.update_status(state=final_state(code, trainer.signalled, run, state.latest_complete),
+    rundir.update_status(state=final_state(code, trainer.signalled),
                          last_checkpoint=state.latest_complete, last_metrics=latest, exit_code=code)
     if trainer.signalled is not None and code != 0:
         return 128 + trainer.signalled if code < 0 else code
