@@ -36,3 +36,15 @@ bench: $(STAMP)
 
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/slurm_submit.py
+
+# The slime parse oracle (docs/validation.md): needs slime's real parser, built once with
+# shared/tools/slime-parse/setup.sh into $(SLIME_PARSE_HOME). CI only checks the recorded file.
+SLIME_PARSE_HOME ?= $(CURDIR)/.cache/slime-parse
+SLIME_PARSE_TOOL ?= $(CURDIR)/../shared/tools/slime-parse/slime_real_parse.py
+.PHONY: oracle
+oracle: $(STAMP)
+	mkdir -p .cache/oracle
+	$(PY) scripts/oracle/corpus.py render .cache/oracle/rendered.json
+	SLIME_PARSE_HOME=$(SLIME_PARSE_HOME) SLIME_PARSE_TOOL=$(SLIME_PARSE_TOOL) \
+	  $(SLIME_PARSE_HOME)/venv/bin/python scripts/oracle/real_parse.py .cache/oracle/rendered.json .cache/oracle/verdicts.json --verify 3
+	$(PY) scripts/oracle/corpus.py record .cache/oracle/rendered.json .cache/oracle/verdicts.json

@@ -87,6 +87,10 @@ class ArgSpec:
     source: str
     group: str  # megatron | sglang | slime
     deprecated: bool = False
+    # For switch dests: the option that sets True / False, whichever action of the dest has it
+    # (`disable_chunked_prefill`: --disable-chunked-prefill / --enable-chunked-prefill).
+    true_flag: str | None = None
+    false_flag: str | None = None
 
     @property
     def is_list(self) -> bool:
@@ -129,6 +133,23 @@ def _pick_action(actions: list[dict]) -> dict:
     return ranked[0]
 
 
+def _switch_flags(actions: list[dict]) -> tuple[str | None, str | None]:
+    """(flag that sets the dest True, flag that sets it False) over all of a dest's actions,
+    preferring non-deprecated ones."""
+    true_flag = false_flag = None
+    for a in sorted(actions, key=lambda a: a["action"] in _DEPRECATED_ACTIONS, reverse=True):
+        kind = _ACTION_KIND.get(a["action"])
+        longs = [o for o in a["option_strings"] if o.startswith("--")]
+        if kind == STORE_TRUE and longs:
+            true_flag = longs[0]
+        elif kind == STORE_FALSE and longs:
+            false_flag = longs[0]
+        elif kind == BOOL_OPTIONAL:
+            true_flag = next((o for o in longs if not o.startswith("--no-")), true_flag)
+            false_flag = next((o for o in longs if o.startswith("--no-")), false_flag)
+    return true_flag, false_flag
+
+
 class ArgTable:
     """Lookup by dest, plus the flag -> dest map the tiny trainer and argv parsing need."""
 
@@ -147,6 +168,7 @@ class ArgTable:
             kind = _ACTION_KIND.get(chosen["action"])
             if kind is None:  # only deprecated no-op actions: keep them parseable, never emitted
                 kind = STORE_TRUE if chosen.get("nargs") == 0 else STORE
+            true_flag, false_flag = _switch_flags(actions)
             opts = tuple(chosen["option_strings"])
             flag = next((o for o in opts if o.startswith("--") and not o.startswith("--no-")), opts[0])
             choices = chosen.get("choices")
@@ -162,6 +184,8 @@ class ArgTable:
                 source=chosen["source"],
                 group=GROUP_OF_SOURCE.get(chosen["source"], "slime"),
                 deprecated=chosen["action"] in _DEPRECATED_ACTIONS,
+                true_flag=true_flag,
+                false_flag=false_flag,
             )
 
     @property

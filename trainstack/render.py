@@ -7,6 +7,7 @@ order the YAML files use. Full flag names only (SGLang would accept abbreviation
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ from trainstack import argtable as at
 from trainstack.resolve import PROJECT_ROOT, ResolvedRun, is_secret_name, wandb_run_id
 
 REDACTED = "<redacted>"
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
 RAY_ADDRESS = "http://127.0.0.1:8265"
 TINY_MODULE = "trainstack.tiny.train"
 
@@ -69,44 +71,62 @@ class SlimeCommand:
 
 
 def format_value(v: Any) -> str:
+    """One argv token. A negative number must match argparse's negative-number pattern
+    (`-5`, `-0.00001`): `-1e-05` would be read as an option and the flag would get no value."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
-        return repr(v)
+        text = repr(v)
+        if v < 0 and ("e" in text or "E" in text):
+            from decimal import Decimal
+
+            text = format(Decimal(text), "f")
+        return text
     return str(v)
+
+
+def _is_switch(spec: at.ArgSpec) -> bool:
+    return spec.kind in (at.STORE_TRUE, at.STORE_FALSE, at.BOOL_OPTIONAL)
 
 
 def render_dest(spec: at.ArgSpec, value: Any) -> list[str]:
     """Tokens for one dest; [] when the value means 'leave slime's default'."""
     if value is None:
         return []
-    if spec.kind == at.STORE_TRUE:
-        return [spec.flag] if value else []
-    if spec.kind == at.STORE_FALSE:
-        return [spec.flag] if value is False else []
-    if spec.kind == at.BOOL_OPTIONAL:
-        return [spec.flag] if value else [spec.no_flag or spec.flag]
+    if _is_switch(spec):
+        # Whichever of the dest's actions sets this value (a dest may have a store_true and a
+        # store_false flag); nothing when no flag can and the value is already slime's default.
+        flag = spec.true_flag if value else spec.false_flag
+        return [flag] if flag else []
     if spec.value_kind == at.JSON:
         return [spec.flag, value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))]
     if spec.kind == at.APPEND:
         out: list[str] = []
         for v in value if isinstance(value, list) else [value]:
-            out += [spec.flag, format_value(v)]
+            out += [spec.flag, *map(format_value, v if isinstance(v, list) else [v])]
         return out
     if isinstance(value, list):
         return [spec.flag, *map(format_value, value)]
-    return [spec.flag, format_value(value)]
+    token = format_value(value)
+    if token.startswith("-") and not _NEGATIVE_NUMBER.match(token):
+        return [f"{spec.flag}={token}"]  # argparse would take a separate '-x' token for an option
+    return [spec.flag, token]
 
 
 def flag_spans(tokens: list[str]) -> list[tuple[str, list[str]]]:
     """Rendered argv -> [(flag, its value tokens)], splitting at tokens that are slime flags."""
     flags = at.load_table().flag_to_dest
+    is_flag = lambda t: t.startswith("--") and t.split("=", 1)[0] in flags  # noqa: E731
     spans, i = [], 0
     while i < len(tokens):
         j = i + 1
-        while j < len(tokens) and not (tokens[j].startswith("--") and tokens[j] in flags):
+        while j < len(tokens) and not is_flag(tokens[j]):
             j += 1
-        spans.append((tokens[i], tokens[i + 1:j]))
+        flag, eq, inline = tokens[i].partition("=")
+        if eq and flag in flags:  # `--flag=-value`
+            spans.append((flag, [inline, *tokens[i + 1:j]]))
+        else:
+            spans.append((tokens[i], tokens[i + 1:j]))
         i = j
     return spans
 

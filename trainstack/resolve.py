@@ -190,8 +190,19 @@ def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> lis
     if spec.kind in (at.STORE_TRUE, at.STORE_FALSE, at.BOOL_OPTIONAL):
         if not isinstance(value, bool):
             return bad(f"{spec.flag} is a switch: expected true or false", f"set {key}=true or {key}=false")
+        can_set = spec.true_flag if value else spec.false_flag
+        if can_set is None and spec.default is not value and not (value is False and spec.default is None):
+            return bad(f"slime has no flag that sets {spec.dest} to {str(value).lower()} (its default is "
+                       f"{spec.default!r})", f"remove {key}")
         return []
     values = value if isinstance(value, list) else [value]
+    if spec.kind == at.APPEND and spec.nargs is not None and isinstance(value, list):
+        for occurrence in value:  # normalised to one list per repeated flag
+            n = len(occurrence) if isinstance(occurrence, list) else 1
+            if n == 0 or (spec.nargs.isdigit() and n != int(spec.nargs)):
+                return bad(f"each {spec.flag} takes {spec.nargs if spec.nargs.isdigit() else 'one or more'} "
+                           f"value(s); got {n}", f"write {key}=[[v1, ...], [v1, ...]], one list per {spec.flag}")
+        values = [v for occ in value for v in (occ if isinstance(occ, list) else [occ])]
     if spec.is_list:
         if not isinstance(value, list):
             return bad(f"{spec.flag} takes a list", f"write {key}=[a,b]")
@@ -216,6 +227,9 @@ def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> lis
         }.get(kind, True)
         if not ok:
             return bad(f"{spec.flag} expects {kind}, got {type(v).__name__}", f"set {key} to a {kind}")
+        if isinstance(v, str) and v.startswith("-") and (spec.is_list or spec.kind == at.APPEND):
+            return bad(f"{spec.flag} takes several tokens and argparse reads a value starting with '-' as a flag",
+                       f"write the value of {key} without a leading '-'")
         if kind == at.BOOL and v is False and not spec.is_list:
             return bad(f"{spec.flag} uses argparse type=bool, which reads any value as true",
                        f"remove {key} (its default is {spec.default!r})")
@@ -271,6 +285,33 @@ def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[
     return out, errors
 
 
+def normalise_append(spec: at.ArgSpec, value: Any) -> Any:
+    """An append action that takes values (`--router-prefill URL [PORT]`, repeated) holds one list per
+    occurrence in slime's namespace: `[url1, url2]` is written as `[[url1], [url2]]`."""
+    if spec.kind != at.APPEND or spec.nargs is None or not isinstance(value, list):
+        return value
+    return [v if isinstance(v, list) else [v] for v in value]
+
+
+def is_train_only(args: dict[str, Any]) -> bool:
+    """slime skips its SGLang parser (and engines) for these runs (`_pre_parse_mode`)."""
+    return bool(args.get("debug_train_only")) or args.get("load_debug_rollout_data") is not None
+
+
+def drop_preset_sglang_dests(merged: dict[str, Any], provenance: dict[str, str], table: at.ArgTable) -> list[str]:
+    """In a train-only run slime never parses `--sglang-*`/`--router-*` flags, so a model preset's
+    engine defaults would be rendered and silently ignored: leave them out. Values the user set
+    (command line, experiment, args) stay and are refused by the validator."""
+    if not is_train_only(merged):
+        return []
+    dropped = [d for d, v in merged.items() if v is not None and d in table and table[d].group == "sglang"
+               and provenance.get(d, "").startswith("conf/") and not provenance[d].startswith("conf/experiment/")]
+    for d in dropped:
+        merged[d] = None
+        provenance[d] += " (not emitted: train-only runs skip SGLang)"
+    return dropped
+
+
 # Paths whose *names* identify what is trained (the base model, the data) though their
 # location does not: hashed by basename.
 IDENTITY_PATH_DESTS = ("hf_checkpoint", "ref_load", "prompt_data")
@@ -284,6 +325,23 @@ def config_hash(args: dict[str, Any], extra: dict[str, Any]) -> str:
             relevant[dest] = os.path.basename(args[dest].rstrip("/"))
     blob = json.dumps({"args": relevant, **extra}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+# Megatron asserts `save_interval is not None` whenever `--save` is given, and trainstack always
+# manages --save. The default bounds the work a crash loses: upstream's usual 20 rollouts, but at
+# least ~10 checkpoints over a short run (slime also saves after the last rollout).
+DEFAULT_SAVE_INTERVAL = 20
+SAVES_PER_RUN = 10
+
+
+def default_save_interval(args: dict[str, Any]) -> int:
+    """save_interval when the user set none: min(20, num_rollout // 10), at least 1."""
+    if args.get("release_train"):  # slime saves every step with --release-train and defaults the interval to 1
+        return 1
+    n = args.get("num_rollout")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return max(1, min(DEFAULT_SAVE_INTERVAL, n // SAVES_PER_RUN))
+    return DEFAULT_SAVE_INTERVAL
 
 
 def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
@@ -363,6 +421,10 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
         layer_of[dest] = "args"
         provenance[dest] = origin.source_of(f"args.{dest}")
 
+    drop_preset_sglang_dests(merged, provenance, table)
+    for dest in merged:
+        merged[dest] = normalise_append(table[dest], merged[dest])
+
     # Types and choices, against slime's table.
     for dest, value in merged.items():
         errors += check_dest_value(table[dest], value, f"{layer_of[dest]}.{dest}", provenance[dest])
@@ -413,7 +475,8 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     # --load = --save = the run's checkpoint dir (the tracker file decides resume), metrics in the
     # run dir, one W&B run per run_id (ids go in the env, see render.runtime_env).
     tracking: TrackingSpec = typed["tracking"]
-    managed: dict[str, Any] = {"save": str(Path(run_dir) / "checkpoints"), "load": str(Path(run_dir) / "checkpoints")}
+    managed: dict[str, Any] = {"save": str(Path(run_dir) / "checkpoints"), "load": str(Path(run_dir) / "checkpoints"),
+                               "save_interval": default_save_interval(merged)}
     if tracking.tensorboard:
         managed["use_tensorboard"] = True
     if merged.get("use_wandb"):
@@ -423,7 +486,9 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     for dest, value in managed.items():
         if dest not in merged:
             merged[dest] = value
-            provenance[dest] = f"trainstack: run identity of {run_id}"
+            provenance[dest] = (f"trainstack default (min({DEFAULT_SAVE_INTERVAL}, num_rollout // {SAVES_PER_RUN}); "
+                                "set args.save_interval to change)" if dest == "save_interval"
+                                else f"trainstack: run identity of {run_id}")
             layer_of[dest] = "args"
 
     return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,

@@ -1,0 +1,265 @@
+"""Build the slime-parse oracle corpus and write trainstack's side of it.
+
+    python scripts/oracle/corpus.py render OUT.json     # corpus -> trainstack verdict + argv per entry
+    python scripts/oracle/corpus.py record RENDERED.json VERDICTS.json   # merge slime's verdicts into
+                                                          # tests/oracle/slime_parse_oracle.json
+
+`make oracle` runs both around scripts/oracle/real_parse.py (slime's real parser). The corpus is
+deterministic (fixed seed): every experiment; every model preset with each algo on the first
+cluster it fits; random combinations; user overrides of every argparse action kind; and configs
+that trip each validator rule.
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from trainstack.oracle import ORACLE_PATH, judge  # noqa: E402
+
+SEED = 20261122
+GPU_CLUSTERS = ["cluster=local_1xh100", "cluster=local_8xh100", *(
+    f"cluster=slurm_8xh100 cluster.num_nodes={n}" for n in (2, 4, 8, 16, 32, 64))]
+RL_BASE = ["experiment=qwen3-4B-grpo-dapo"]
+SFT_BASE = ["experiment=qwen3-4B-base-sft"]
+
+# One entry per argparse action kind and value shape a user writes (on the GRPO recipe unless noted).
+ACTION_CASES: dict[str, list[str]] = {
+    "store_true/on": ["args.calculate_per_token_loss=true"],
+    "store_true/off": ["args.rollout_shuffle=false"],
+    "store_true/sglang": ["args.sglang_enable_metrics=true"],
+    "store_true/no_save_optim": ["args.no_save_optim=true"],
+    "store_false/off": ["args.rollout_global_dataset=false"],
+    "store_false/on": ["args.rollout_global_dataset=true"],
+    "store_false/megatron": ["args.gradient_accumulation_fusion=false"],
+    "store_false/masked_softmax": ["args.masked_softmax_fusion=false"],
+    "two_actions/enable_chunked_prefill": ["args.disable_chunked_prefill=false"],
+    "two_actions/disable_chunked_prefill": ["args.disable_chunked_prefill=true"],
+    "tristate/offload_train_false": ["args.offload_train=false"],
+    "tristate/offload_train_true": ["args.offload_train=true"],
+    "tristate/offload_rollout_false": ["args.offload_rollout=false"],
+    "tristate/offload_null": ["args.offload_train=null"],
+    "tristate/megatron_rl": ["args.rl_use_sequence_packing=true"],
+    "nargs/rollout_stop": ["args.rollout_stop=['</answer>','<|im_end|>']"],
+    "nargs/stop_token_ids": ["args.rollout_stop_token_ids=[151643,151645]"],
+    "nargs/eval_pairs": ["env.eval_prompt_data=[aime,/DATA/aime.jsonl,math500,/DATA/math500.jsonl]"],
+    "nargs/eval_single": ["env.eval_prompt_data=[/DATA/aime.jsonl]"],
+    "nargs/freeze": ["args.freeze_params_name_list=[embedding]"],
+    "nargs/only_train": ["args.only_train_params_name_list=[decoder]"],
+    "nargs/aux_loss": ["args.moe_aux_loss_coeff=[0.001]"],
+    "nargs/star_router_headers": ["args.router_request_id_headers=[x-request-id]"],
+    "append/sample_hook": ["args.rollout_sample_hook_path=[my_hooks.a,my_hooks.b]"],
+    "json/train_env_vars": ["args.train_env_vars={A:'1',B:'two'}"],
+    "json/chat_template_kwargs": ["args.apply_chat_template_kwargs={enable_thinking:false}"],
+    "json/sglang_sampling": ["args.sglang_preferred_sampling_params={temperature:0.7}"],
+    "choices/kl_loss_type": ["args.kl_loss_type=k3"],
+    "choices/sglang_attention": ["args.sglang_attention_backend=fa3"],
+    "choices/advantage": ["algo.advantage_estimator=gspo"],
+    "choices/lr_decay": ["algo.lr_decay_style=cosine", "args.min_lr=1e-7"],
+    "number/negative_sci": ["args.entropy_coef=-0.00001"],
+    "number/negative_tiny": ["args.entropy_coef=-1e-30"],
+    "number/negative_int": ["args.rollout_top_k=-1"],
+    "number/sci_lr": ["algo.lr=3e-6"],
+    "number/negative_float": ["args.entropy_coef=-0.5"],
+    "number/big_int": ["args.seed=123456789"],
+    "sglang/mem_fraction": ["args.sglang_mem_fraction_static=0.55"],
+    "sglang/cuda_graph_bs": ["args.sglang_cuda_graph_max_bs_decode=64"],
+    "sglang/dp_attention": ["args.sglang_enable_dp_attention=true", "args.sglang_dp_size=2"],
+    "sglang/server_concurrency": ["args.sglang_server_concurrency=256"],
+    "sglang/router_ip": ["args.sglang_router_port=30000"],
+    "router/balance": ["args.router_balance_abs_threshold=5"],
+    "router/policy": ["args.router_policy=round_robin"],
+    "router/prefill_append": ["args.router_prefill=[http://10.0.0.1:30000]"],
+    "router/prefill_append_pairs": ["args.router_prefill=[[http://10.0.0.1:30000,8998],[http://10.0.0.2:30000]]"],
+    "router/decode_append": ["args.router_decode=[http://10.0.0.3:30000,http://10.0.0.4:30000]"],
+    "layout/tp16_two_nodes": ["cluster=slurm_8xh100", "cluster.num_nodes=2", "model.tensor_model_parallel_size=16"],
+    "layout/seq_parallel_tp1": ["model.tensor_model_parallel_size=1", "model.sequence_parallel=true"],
+    "layout/pp2_uneven_first_stage": ["model.pipeline_model_parallel_size=2", "args.decoder_first_pipeline_num_layers=20"],
+    "megatron/recompute": ["args.recompute_granularity=selective", "args.recompute_method=null",
+                           "args.recompute_num_layers=null"],
+    "megatron/clip_grad": ["args.clip_grad=0.5"],
+    "slime/eps_clip": ["algo.eps_clip=0.1", "algo.eps_clip_high=0.3"],
+    "slime/dynamic_batch": ["args.use_dynamic_batch_size=true", "args.max_tokens_per_gpu=4096"],
+    "slime/steps_per_rollout": ["env.global_batch_size=null", "args.num_steps_per_rollout=4"],
+    "slime/save_interval": ["args.save_interval=5"],
+    "slime/num_epoch": ["env.num_rollout=null", "args.num_epoch=2"],
+    "sft/dropped_preset_sglang": [*SFT_BASE[1:], "model=qwen3-30B-A3B", "cluster.num_nodes=1"],
+    "str/leading_dash": ["args.wandb_group=-grp"],
+}
+
+# Configs that trip a rule (slime, Megatron or SGLang would refuse them, or trainstack's extra
+# checks do). Each is a list of overrides on RL_BASE unless it starts with "experiment=".
+INVALID_CASES: dict[str, list[str]] = {
+    "min_lr_above_lr": ["algo.lr=1e-6", "args.min_lr=1e-5"],
+    "last_stage_layers_pp1": ["args.decoder_last_pipeline_num_layers=8"],
+    "first_stage_layers_pp1": ["args.decoder_first_pipeline_num_layers=8"],
+    "mtp_without_layers": ["args.enable_mtp_training=true"],
+    "only_train_and_freeze": ["args.only_train_params_name_list=[decoder]", "args.freeze_params_name_list=[embedding]"],
+    "prompt_len_not_below_context": ["args.rollout_max_context_len=4096", "args.rollout_max_prompt_len=4096"],
+    "allgather_cp_dense": ["args.allgather_cp=true", "model.context_parallel_size=2"],
+    "ep16_on_8_gpus": ["model=qwen3-30B-A3B", "model.expert_model_parallel_size=16"],
+    "sglang_in_train_only": [*SFT_BASE, "args.sglang_mem_fraction_static=0.8"],
+    "router_in_train_only": [*SFT_BASE, "args.router_balance_abs_threshold=4"],
+    "save_interval_null": ["args.save_interval=null"],
+    "temperature_zero": ["env.rollout_temperature=0.0"],
+    "kl_without_ref": ["algo.kl_coef=0.1", "model.ref_load=null"],
+    "kl_loss_without_ref": ["algo.use_kl_loss=true", "algo.kl_loss_coef=0.01", "model.ref_load=null"],
+    "kl_both": ["algo.kl_coef=0.1", "algo.kl_loss_coef=0.1"],
+    "rpp_without_norm": ["algo=reinforce_plus_plus", "args.normalize_advantages=false"],
+    "tis_and_rollout_logprobs": ["args.use_tis=true", "args.use_rollout_logprobs=true"],
+    "mismatch_without_tis_fn": ["args.get_mismatch_metrics=true"],
+    "opd_without_type": ["args.use_opd=true"],
+    "opd_teacher_without_opd": ["args.opd_teacher_load=/MODELS/teacher"],
+    "eval_odd_pairs": ["env.eval_prompt_data=[a,/DATA/a.jsonl,b]"],
+    "eval_interval_without_data": ["env.eval_prompt_data=null"],
+    "train_only_and_rollout_only": ["args.debug_train_only=true", "args.debug_rollout_only=true"],
+    "dp_without_dp_attention": ["args.sglang_dp_size=2"],
+    "prefill_servers_and_sglang_config": ["args.prefill_num_servers=1", "args.sglang_config=/DATA/sglang.yaml"],
+    "gbs_not_dividing": ["env.global_batch_size=100"],
+    "gbs_above_samples": ["env.global_batch_size=512"],
+    "steps_vs_gbs": ["args.num_steps_per_rollout=3"],
+    "oversampling_below_rbs": ["args.over_sampling_batch_size=16"],
+    "dynamic_without_budget": ["args.use_dynamic_batch_size=true", "args.max_tokens_per_gpu=null"],
+    "flops_without_dynamic": ["args.balance_by_flops=true", "args.use_dynamic_batch_size=false"],
+    "tp_not_dividing_world": ["model.tensor_model_parallel_size=3"],
+    "heads_not_dividing_tp": ["model=qwen2.5-0.5B", "model.tensor_model_parallel_size=4"],
+    "recompute_selective_with_method": ["args.recompute_granularity=selective"],
+    "layers_not_dividing_pp": ["model.pipeline_model_parallel_size=8", "model.tensor_model_parallel_size=1"],
+    "experts_not_dividing_ep": ["model=qwen3-30B-A3B", "model.expert_model_parallel_size=3"],
+    "gpus_above_cluster": ["args.actor_num_gpus_per_node=16"],
+    "engine_not_dividing_rollout": ["args.rollout_num_gpus_per_engine=3"],
+    "no_rollout_length": ["env.num_rollout=null"],
+    "no_rollout_batch_size": ["env.rollout_batch_size=null"],
+    "negative_rollout_batch_size": ["env.rollout_batch_size=-32"],
+    "zero_lr": ["algo.lr=0.0"],
+    "negative_lr": ["algo.lr=-1e-6"],
+    "epoch_without_global_dataset": ["env.num_rollout=null", "args.num_epoch=2", "args.rollout_global_dataset=false"],
+    "micro_batch_not_dividing": ["model.use_dynamic_batch_size=false", "args.micro_batch_size=3"],
+    "release_train_without_save": ["args.release_train=true", "args.save=null"],
+    "ppo_offload_false": ["algo=ppo", "args.offload_train=false"],
+    "wandb_without_group": ["args.use_wandb=true", "args.wandb_group=null"],
+    "separate_gpus_without_rollout": ["cluster.colocate=false"],
+    "no_hf_checkpoint": ["model.hf_checkpoint=null"],
+    "no_prompt_data": ["env.prompt_data=null"],
+    "negative_n_samples": ["env.n_samples_per_prompt=0"],
+    "zero_save_interval": ["args.save_interval=0"],
+    "zero_eval_interval": ["env.eval_interval=0"],
+    "pp_uneven_layers_too_many": ["model.pipeline_model_parallel_size=2", "args.decoder_first_pipeline_num_layers=40"],
+    "sglang_pp_not_dividing_engine": ["args.sglang_pp_size=3"],
+    "dump_details_same_templates": ["args.dump_details=/RUNS/dump", "args.save_debug_rollout_data=/x/{rollout_id}.pt",
+                                    "args.save_debug_train_data=/x/{rollout_id}.pt"],
+    "mtp_training_zero_layers": ["args.enable_mtp_training=true", "args.mtp_num_layers=0"],
+}
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+def preset_entries() -> list[tuple[str, str, list[str]]]:
+    """Every model preset with each algo, on the first GPU cluster where trainstack accepts it."""
+    out = []
+    for model in options("model"):
+        if model == "tiny":
+            continue
+        for algo in options("algo"):
+            env = "env=openhermes_sft" if algo == "sft" else "env=dapo_math"
+            base = [f"model={model}", f"algo={algo}", env]
+            chosen = None
+            for cluster in GPU_CLUSTERS:
+                overrides = [*base, *cluster.split()]
+                if judge(overrides).accepted:
+                    chosen = overrides
+                    break
+            out.append(("preset", f"preset/{model}/{algo}", chosen or [*base, *GPU_CLUSTERS[-1].split()]))
+    return out
+
+
+def random_entries(n: int) -> list[tuple[str, str, list[str]]]:
+    rng = random.Random(SEED)
+    models = [m for m in options("model") if m != "tiny"]
+    knobs = [
+        ["algo.lr=1e-6", "algo.lr=2e-6", "algo.lr=5e-7"],
+        ["env.rollout_batch_size=16", "env.rollout_batch_size=32", "env.rollout_batch_size=64"],
+        ["env.n_samples_per_prompt=4", "env.n_samples_per_prompt=8", "env.n_samples_per_prompt=16"],
+        ["args.sglang_mem_fraction_static=0.6", "args.sglang_mem_fraction_static=0.8"],
+        ["args.entropy_coef=0.0", "args.entropy_coef=-0.001", "args.entropy_coef=1e-4"],
+        ["cluster.colocate=false cluster.rollout_num_gpus=4", "cluster.colocate=true"],
+        ["args.rollout_max_response_len=4096", "args.rollout_max_response_len=16384"],
+        ["args.offload_rollout=false", "args.offload_train=true", ""],
+    ]
+    out = []
+    for i in range(n):
+        ov = [f"model={rng.choice(models)}", f"algo={rng.choice(['grpo', 'gspo', 'dapo', 'reinforce_plus_plus'])}",
+              f"env={rng.choice(['dapo_math', 'gsm8k'])}", *rng.choice(GPU_CLUSTERS).split()]
+        for k in rng.sample(knobs, rng.randint(1, 4)):
+            ov += rng.choice(k).split()
+        out.append(("random", f"random/{i:03d}", ov))
+    return out
+
+
+def corpus() -> list[tuple[str, str, list[str]]]:
+    entries = [("experiment", f"experiment/{e}", [f"experiment={e}"]) for e in options("experiment")]
+    entries += preset_entries()
+    entries += random_entries(40)
+    for name, ov in ACTION_CASES.items():
+        base = [] if any(o.startswith("experiment=") for o in ov) else RL_BASE
+        entries.append(("action", f"action/{name}", [*base, *ov] if not name.startswith("sft/") else [*SFT_BASE, *ov]))
+    for name, ov in INVALID_CASES.items():
+        base = [] if any(o.startswith("experiment=") for o in ov) else RL_BASE
+        entries.append(("invalid", f"invalid/{name}", [*base, *ov]))
+    return entries
+
+
+def render_corpus(out: Path) -> None:
+    rows = []
+    for kind, eid, overrides in corpus():
+        j = judge(overrides)
+        rows.append({"id": eid, "kind": kind, **asdict(j)})
+        print(f"{'ok ' if j.accepted else 'NO '} {eid}  {' '.join(j.rules)}", file=sys.stderr)
+    out.write_text(json.dumps(rows, indent=1))
+    acc = sum(r["accepted"] for r in rows)
+    print(f"{len(rows)} entries: {acc} accepted by trainstack, {len(rows) - acc} refused, "
+          f"{sum(r['argv'] is None for r in rows)} not renderable", file=sys.stderr)
+
+
+def record(rendered: Path, verdicts: Path) -> None:
+    from trainstack.argtable import load_table
+
+    rows = json.loads(rendered.read_text())
+    slime = {v["id"]: v for v in json.loads(verdicts.read_text())["verdicts"]}
+    meta = json.loads(verdicts.read_text())["meta"]
+    meta["slime_commit_table"] = load_table().slime_commit
+    entries = []
+    for r in rows:
+        if r["argv"] is None:
+            continue  # trainstack refused it while resolving: nothing for slime to parse
+        v = slime[r["id"]]
+        entries.append({"id": r["id"], "kind": r["kind"], "overrides": r["overrides"], "argv": r["argv"],
+                        "trainstack": {"accepted": r["accepted"], "rules": r["rules"]}, "slime": v["slime"]})
+    ORACLE_PATH.parent.mkdir(parents=True, exist_ok=True)
+    with open(ORACLE_PATH, "w", encoding="utf-8") as f:
+        f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
+        f.write(",\n".join("  " + json.dumps(e, sort_keys=True) for e in entries))
+        f.write("\n]}\n")
+    print(f"wrote {ORACLE_PATH.relative_to(ROOT)}: {len(entries)} entries", file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "render":
+        render_corpus(Path(argv[1]))
+        return 0
+    if len(argv) == 3 and argv[0] == "record":
+        record(Path(argv[1]), Path(argv[2]))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,93 @@
+"""The slime parse oracle: trainstack's verdict on an override list, next to slime's recorded one.
+
+`make oracle` (a developer machine with slime's real parser, see docs/validation.md) renders the
+corpus in ``scripts/oracle/corpus.py``, runs every argv through slime's real `parse_args` and
+records the verdicts in ``tests/oracle/slime_parse_oracle.json``. CI has no slime: it re-renders
+each entry with :func:`judge` and checks the argv did not drift and that trainstack accepts
+exactly what slime accepted (tests/test_slime_oracle.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainstack.resolve import PROJECT_ROOT
+
+ORACLE_PATH = PROJECT_ROOT / "tests" / "oracle" / "slime_parse_oracle.json"
+# Machine-independent paths (the same placeholders as the golden files).
+PLACEHOLDER_OVERRIDES = (
+    "paths.models_root=/MODELS", "paths.data_root=/DATA", "paths.runs_root=/RUNS",
+    "slime.root=/SLIME", "slime.megatron_root=/MEGATRON",
+)
+ROOT_MARK = "<trainstack>"
+
+
+@dataclass
+class Judgement:
+    """What trainstack makes of one override list."""
+
+    overrides: list[str]
+    accepted: bool  # resolved, validated and rendered
+    rules: list[str] = field(default_factory=list)  # validator rules that refused it
+    error_keys: list[str] = field(default_factory=list)
+    argv: list[str] | None = None  # rendered even when a rule refused it (None: not renderable)
+    env: dict[str, str] = field(default_factory=dict)
+    intended: dict[str, Any] = field(default_factory=dict)  # dest -> value trainstack means
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace(str(PROJECT_ROOT), ROOT_MARK)
+    if isinstance(value, list):
+        return [_normalise(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value
+
+
+def as_parsed(spec: Any, value: Any) -> Any:
+    """The value argparse makes of the rendered tokens: strings for untyped flags (`8998` -> '8998')."""
+    from trainstack import argtable as at
+    from trainstack.render import format_value
+
+    if isinstance(value, list):
+        return [as_parsed(spec, v) for v in value]
+    if spec.value_kind == at.STR and not isinstance(value, (bool, dict)):
+        return format_value(value)
+    return value
+
+
+def judge(overrides: Sequence[str]) -> Judgement:
+    """Compose, resolve, validate (rule by rule) and render; never raises ConfigErrors."""
+    from trainstack.argtable import load_table
+    from trainstack.errors import ConfigErrors
+    from trainstack.pipeline import compose
+    from trainstack.render import render
+    from trainstack.resolve import resolve
+    from trainstack.validate import RULES, Ctx
+
+    full = [*PLACEHOLDER_OVERRIDES, *overrides]
+    try:
+        cfg, origin = compose(full)
+        run = resolve(cfg, origin)
+    except ConfigErrors as err:
+        return Judgement(list(overrides), False, ["resolve"], sorted({e.key for e in err.errors}))
+    ctx = Ctx(run)
+    rules, keys = [], set()
+    for rule in RULES:
+        errs = rule(ctx)
+        if errs:
+            rules.append(rule.__name__)
+            keys.update(e.key for e in errs)
+    cmd = render(run)
+    table = load_table()
+    intended = {d: as_parsed(table[d], v) for d, v in run.args.items() if v is not None}
+    return Judgement(list(overrides), not rules, rules, sorted(keys), _normalise(cmd.argv),
+                     _normalise(cmd.redacted_env()), _normalise(intended))
+
+
+def load_oracle(path: Path = ORACLE_PATH) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
