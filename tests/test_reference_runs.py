@@ -17,6 +17,9 @@ EXPERIMENT_OF = {
 # checkpoint dir (what makes a relaunch resume; the reproducibility script has neither), metrics in
 # the run dir, and one W&B run per run_id. Everything the upstream scripts pass is reproduced.
 MANAGED = {"--load", "--save", "--use-tensorboard", "--disable-wandb-random-suffix", "--wandb-dir"}
+# Deliberate additions: trainstack always manages --save, and Megatron asserts save_interval is set
+# whenever --save is given, so a recipe without one gets trainstack's default (docs/config.md).
+ADDED_DEFAULTS = {"--save-interval"}
 
 
 def split_flags(argv: list[str]) -> dict[str, tuple[str, ...]]:
@@ -54,7 +57,9 @@ def test_upstream_recipe_argv_equals_reference(name, reference_runs):
                                      "paths.data_root=/root"])
     ours, ref = split_flags(cmd.argv), split_flags(upstream_argv(ref_run))
     assert set(ref) - set(ours) == set(), "flags the upstream script passes but trainstack does not"
-    assert set(ours) - set(ref) <= MANAGED, "flags trainstack adds"
+    assert set(ours) - set(ref) <= MANAGED | ADDED_DEFAULTS, "flags trainstack adds"
+    if "--save-interval" not in ref:
+        assert run.source("save_interval").startswith("trainstack default"), run.source("save_interval")
     for flag, ref_vals in ref.items():
         if flag in MANAGED:
             continue

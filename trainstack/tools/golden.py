@@ -28,8 +28,14 @@ def golden_record(experiment: str) -> dict:
     run, cmd = build_from_overrides([f"experiment={experiment}", *PLACEHOLDER_OVERRIDES])
     entry = cmd.entrypoint if cmd.backend == "slime" else ["python", *cmd.entrypoint[1:]]
     env = {k: v.replace(str(PROJECT_ROOT), "<trainstack>") for k, v in cmd.redacted_env().items()}
+    from trainstack.argtable import load_table
+
+    table = load_table()
+    # Flags trainstack adds on its own (run identity, the save_interval default): deliberate, reviewed here.
+    added = {table[d].flag: run.source(d).split(" of ")[0] for d in sorted(run.args)
+             if run.args[d] is not None and run.source(d).startswith("trainstack")}
     return {"experiment": experiment, "run_id": run.run_id, "backend": cmd.backend,
-            "entrypoint": entry, "argv": cmd.groups, "env": env}
+            "entrypoint": entry, "argv": cmd.groups, "env": env, "added_by_trainstack": added}
 
 
 def main(argv: list[str] | None = None) -> int:
