@@ -149,3 +149,11 @@ def test_train_only_run_drops_preset_sglang_flags():
     run, cmd = build_from_overrides([*SFT, "model=qwen3-30B-A3B"])
     assert cmd.groups["sglang"] == []
     assert "train-only" in run.source("sglang_mem_fraction_static")
+
+
+@pytest.mark.parametrize("override", ["args.entropy_coef=nan", "algo.lr=inf", "args.entropy_coef=-inf",
+                                      "args.moe_aux_loss_coeff=[0.1,nan]"])
+def test_non_finite_numbers_are_refused(override):
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides([*RL, override])
+    assert "finite" in err.value.render() and override.split("=")[0] in err.value.render()

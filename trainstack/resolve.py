@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -227,6 +228,8 @@ def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> lis
         }.get(kind, True)
         if not ok:
             return bad(f"{spec.flag} expects {kind}, got {type(v).__name__}", f"set {key} to a {kind}")
+        if isinstance(v, float) and not math.isfinite(v):
+            return bad(f"{spec.flag} must be a finite number, not {v}", f"set {key} to a finite value")
         if isinstance(v, str) and v.startswith("-") and (spec.is_list or spec.kind == at.APPEND):
             return bad(f"{spec.flag} takes several tokens and argparse reads a value starting with '-' as a flag",
                        f"write the value of {key} without a leading '-'")
