@@ -83,6 +83,7 @@ def test_every_accepted_argv_landed_every_intended_dest():
         if e["slime"]["pass"]:
             assert e["slime"]["not_as_intended"] == [] and e["slime"]["unknown_flags"] == []
             assert e["slime"]["checked"] == e["slime"]["flags"] > 0
+            assert len(e["slime"]["landed"]) == e["slime"]["intended_checked"] > 0
 
 
 def test_recorded_refusals_name_their_cause():

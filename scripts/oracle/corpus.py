@@ -239,9 +239,11 @@ def record(rendered: Path, verdicts: Path) -> None:
     for r in rows:
         if r["argv"] is None:
             continue  # trainstack refused it while resolving: nothing for slime to parse
-        v = slime[r["id"]]
+        v = dict(slime[r["id"]]["slime"])
+        # The dests slime's namespace holds with exactly the intended value (checked by --intended).
+        v["landed"] = sorted(r["intended"]) if v.get("pass") else []
         entries.append({"id": r["id"], "kind": r["kind"], "overrides": r["overrides"], "argv": r["argv"],
-                        "trainstack": {"accepted": r["accepted"], "rules": r["rules"]}, "slime": v["slime"]})
+                        "trainstack": {"accepted": r["accepted"], "rules": r["rules"]}, "slime": v})
     ORACLE_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(ORACLE_PATH, "w", encoding="utf-8") as f:
         f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
