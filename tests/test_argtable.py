@@ -49,3 +49,12 @@ def test_suggest_understands_typos_and_flag_spelling():
     assert t.suggest("rollout_batchsize")[0] == "rollout_batch_size"
     assert t.suggest("--rollout-batch-size") == ["rollout_batch_size"]
     assert t.suggest("norm-epsilon") == ["layernorm_epsilon"]
+
+
+def test_abbreviation_suggests_the_flag_it_abbreviates():
+    from trainstack.argtable import load_table
+
+    table = load_table()
+    assert table.suggest("sglang_mem_frac") == ["sglang_mem_fraction_static"]
+    assert table.suggest("--sglang-mem-frac") == ["sglang_mem_fraction_static"]
+    assert table.suggest("rollout_batchsize") == ["rollout_batch_size"]

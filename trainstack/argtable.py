@@ -211,6 +211,11 @@ class ArgTable:
             return [self.flag_to_dest["--" + name.lstrip("-")]]
         if key in self.specs:
             return [key]
+        # SGLang's parser takes abbreviations (`--sglang-mem-frac`), so a user who writes one means
+        # the flag it abbreviates, not whatever is closest by edit distance.
+        prefixed = [d for d in self.specs if d.startswith(key)]
+        if 0 < len(prefixed) <= n:
+            return prefixed
         return difflib.get_close_matches(key, list(self.specs), n=n, cutoff=0.75)
 
 
