@@ -225,6 +225,16 @@ def load_table(path: str | None = None) -> ArgTable:
         return ArgTable(json.load(f))
 
 
+@lru_cache(maxsize=1)
+def load_help() -> dict[str, str]:
+    """dest -> help text from slime's parsers (`python -m trainstack.tools.sync_slime help`)."""
+    path = DATA_DIR / "slime_help.json"
+    if not path.exists():
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["help"]
+
+
 def did_you_mean(candidates: list[str], prefix: str = "") -> str:
     if not candidates:
         return ""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from trainstack.errors import ConfigErrors, report_and_exit
@@ -31,23 +32,38 @@ def cmd_render(ns: argparse.Namespace) -> int:
 
 
 def cmd_args(ns: argparse.Namespace) -> int:
-    """Look up slime's arguments: by dest, flag or substring."""
-    from trainstack.argtable import did_you_mean, load_table
+    """Look up slime's arguments: by dest or flag (either spelling), or by substring."""
+    from trainstack.argtable import did_you_mean, load_help, load_table
 
     table = load_table()
     if ns.name:
-        dest = table.flag_to_dest.get(ns.name, ns.name.lstrip("-").replace("-", "_"))
+        flag = ns.name.split("=", 1)[0]
+        dest = table.flag_to_dest.get(flag, flag.lstrip("-").replace("-", "_"))
         spec = table.get(dest)
         if spec is None:
-            print(f"trainstack: '{ns.name}' is not a slime argument; {did_you_mean(table.suggest(ns.name))}",
-                  file=sys.stderr)
+            print(f"trainstack: '{ns.name}' is not a slime argument; "
+                  f"{did_you_mean(table.suggest(ns.name)) or 'try `trainstack args --search WORD`'}", file=sys.stderr)
             return 2
-        print(json.dumps({"dest": spec.dest, "flag": spec.flag, "option_strings": list(spec.option_strings),
-                          "kind": spec.kind, "type": spec.value_kind, "nargs": spec.nargs,
-                          "choices": list(spec.choice_values() or []) or None, "default": spec.default,
-                          "group": spec.group, "source": spec.source}, indent=2))
+        info = {"dest": spec.dest, "flag": spec.flag, "option_strings": list(spec.option_strings),
+                "help": load_help().get(spec.dest), "kind": spec.kind, "type": spec.value_kind, "nargs": spec.nargs,
+                "choices": list(spec.choice_values() or []) or None, "default": spec.default,
+                "group": spec.group, "source": spec.source, "set_with": f"args.{spec.dest}=VALUE"}
+        if ns.json:
+            print(json.dumps(info, indent=2))
+            return 0
+        print(f"{spec.flag}  (dest {spec.dest}; {spec.source}, {spec.group} group)")
+        if info["help"]:
+            print(f"  {info['help']}")
+        print(f"  type    : {spec.value_kind}" + (f", nargs {spec.nargs}" if spec.nargs else "")
+              + f", action {spec.kind}")
+        print(f"  default : {spec.default!r}")
+        if info["choices"]:
+            print(f"  choices : {', '.join(map(str, info['choices']))}")
+        if len(spec.option_strings) > 1 or spec.false_flag:
+            print(f"  flags   : {', '.join(dict.fromkeys([*spec.option_strings, *filter(None, [spec.false_flag])]))}")
+        print(f"  set it  : args.{spec.dest}=VALUE  (or under model./algo./env. in a group file)")
         return 0
-    word = (ns.search or "").replace("-", "_")
+    word = (ns.search or "").lstrip("-").replace("-", "_")
     for dest, spec in table.specs.items():
         if word in dest:
             print(f"{dest:48s} {spec.flag:48s} {spec.group}")
@@ -146,11 +162,22 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("args", help="look up slime arguments")
     p.add_argument("name", nargs="?", help="a dest or flag, e.g. rollout_batch_size or --rollout-batch-size")
     p.add_argument("--search", "-s", help="list dests containing this word")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_args)
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["args"] and "--" not in argv:  # `trainstack args --rollout-batch-size`: a slime flag
+        ours = ("--search", "-s", "--json", "--help", "-h")
+        slime_flags = [a for i, a in enumerate(argv[1:], 1) if a.startswith("--") and a.split("=")[0] not in ours
+                       and argv[i - 1] not in ("--search", "-s")]
+        argv = [a for a in argv if a not in slime_flags] + (["--", *slime_flags] if slime_flags else [])
     ns = parser.parse_args(argv)
-    return ns.func(ns)
+    try:
+        return ns.func(ns)
+    except BrokenPipeError:  # `trainstack ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

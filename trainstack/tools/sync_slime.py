@@ -676,6 +676,50 @@ def cmd_args(ns: argparse.Namespace) -> int:
     return 0
 
 
+HELP_JSON = ARGS_JSON.parent / "slime_help.json"
+
+
+def build_help_json(parsers: Mapping[str, Any], *, slime_commit: str) -> dict:
+    """dest -> the help text of the action trainstack emits for it, as slime's parsers define it."""
+    from trainstack.argtable import load_table
+
+    table = load_table()
+    helps: dict[str, str] = {}
+    for key in ("megatron", "sglang", "pre"):
+        for action in parsers[key]._actions:
+            text = action.help
+            if not text or text == argparse.SUPPRESS or action.dest not in table:
+                continue
+            if action.option_strings and table[action.dest].flag not in action.option_strings \
+                    and action.dest in helps:
+                continue  # keep the help of the flag trainstack emits
+            try:
+                text = text % {**vars(action), "prog": "train.py", "default": action.default}
+            except (KeyError, TypeError, ValueError):
+                pass
+            helps[action.dest] = " ".join(str(text).split())
+    return {"meta": {"slime_commit": slime_commit}, "help": dict(sorted(helps.items()))}
+
+
+def cmd_help(ns: argparse.Namespace) -> int:
+    slime_root = Path(ns.slime_root).resolve()
+    megatron_root = Path(ns.megatron_root).resolve() if ns.megatron_root else None
+    try:
+        parsers = build_slime_parsers(slime_root, megatron_root)
+    except ImportError as e:
+        print(f"sync_slime help: cannot import slime's parser dependencies ({e})", file=sys.stderr)
+        return 2
+    commit = json.loads(ARGS_JSON.read_text(encoding="utf-8"))["meta"]["slime_commit"]
+    doc = build_help_json(parsers, slime_commit=commit)
+    text = json.dumps(doc, ensure_ascii=False, indent=0, sort_keys=True) + "\n"
+    diffs = sync_files({Path(ns.out): text}, check=ns.check)
+    if ns.check and diffs:
+        sys.stdout.write("".join(diffs))
+        return 1
+    print(f"sync_slime: help for {len(doc['help'])} dests -> {ns.out}")
+    return 0
+
+
 # =============================================================================================
 # CLI
 # =============================================================================================
@@ -705,6 +749,13 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--out", default=str(ARGS_JSON))
     ar.add_argument("--check", action="store_true")
     ar.set_defaults(fn=cmd_args)
+
+    hp = sub.add_parser("help", help="rebuild slime_help.json (each dest's help text) from slime's real parsers")
+    hp.add_argument("--slime-root", required=True)
+    hp.add_argument("--megatron-root", help="Megatron-LM checkout to put on sys.path")
+    hp.add_argument("--out", default=str(HELP_JSON))
+    hp.add_argument("--check", action="store_true")
+    hp.set_defaults(fn=cmd_help)
     return p
 
 
