@@ -417,3 +417,7 @@ def validate(run: ResolvedRun) -> list[ConfigError]:
     for r in RULES:
         errors += r(ctx)
     return errors
+
+
+# Checks ported from slime/Megatron/SGLang's post-parse validation (registers more RULES).
+from trainstack import upstream_rules  # noqa: E402,F401

@@ -1,0 +1,64 @@
+"""Upstream post-parse checks ported into the validator (trainstack/upstream_rules.py): each one
+refuses its case with the key and the fix, and the neighbouring valid config still passes.
+The cases are the ones slime's real parser refused in the oracle (tests/test_slime_oracle.py)."""
+from __future__ import annotations
+
+import pytest
+
+from trainstack.errors import ConfigErrors
+from trainstack.pipeline import build_from_overrides
+
+RL = ["experiment=qwen3-4B-grpo-dapo"]
+SFT = ["experiment=qwen3-4B-base-sft"]
+
+CASES = [
+    # (name, bad overrides, key the error names, fixed overrides)
+    ("min_lr above lr", [*RL, "algo.lr=1e-6", "args.min_lr=1e-5"], "args.min_lr",
+     [*RL, "algo.lr=1e-6", "args.min_lr=1e-7"]),
+    ("save_interval null with --save", [*RL, "args.save_interval=null"], "args.save_interval", RL),
+    ("retain interval not a multiple", [*RL, "args.save_retain_interval=30"], "args.save_retain_interval",
+     [*RL, "args.save_retain_interval=40"]),
+    ("selective recompute with a method", [*RL, "args.recompute_granularity=selective"], "model.recompute_method",
+     [*RL, "args.recompute_granularity=selective", "args.recompute_method=null", "args.recompute_num_layers=null"]),
+    ("last stage layers with PP=1", [*RL, "args.decoder_last_pipeline_num_layers=8"],
+     "args.decoder_last_pipeline_num_layers",
+     [*RL, "args.decoder_last_pipeline_num_layers=8", "model.pipeline_model_parallel_size=2"]),
+    ("first stage layers with PP=1", [*RL, "args.decoder_first_pipeline_num_layers=8"],
+     "args.decoder_first_pipeline_num_layers", RL),
+    ("MTP training without MTP layers", [*RL, "args.enable_mtp_training=true"], "args.enable_mtp_training",
+     [*RL, "args.enable_mtp_training=true", "args.mtp_num_layers=1"]),
+    ("only-train and freeze lists", [*RL, "args.only_train_params_name_list=[decoder]",
+                                     "args.freeze_params_name_list=[embedding]"], "args.freeze_params_name_list",
+     [*RL, "args.only_train_params_name_list=[decoder]"]),
+    ("prompt not below context", [*RL, "args.rollout_max_context_len=4096", "args.rollout_max_prompt_len=4096"],
+     "args.rollout_max_prompt_len", [*RL, "args.rollout_max_context_len=4096", "args.rollout_max_prompt_len=4095"]),
+    ("allgather CP on a dense model", [*RL, "args.allgather_cp=true", "model.context_parallel_size=2"],
+     "args.allgather_cp", [*RL, "model.context_parallel_size=2"]),
+    ("EP 16 on 8 GPUs", [*RL, "model=qwen3-30B-A3B", "model.expert_model_parallel_size=16"],
+     "model.expert_model_parallel_size", [*RL, "model=qwen3-30B-A3B", "model.expert_model_parallel_size=8"]),
+    ("SGLang pipeline does not split the engine", [*RL, "args.sglang_pp_size=3"], "args.sglang_pp_size",
+     [*RL, "args.sglang_pp_size=2"]),
+    ("--sglang-* in a train-only run", [*SFT, "args.sglang_mem_fraction_static=0.8"],
+     "args.sglang_mem_fraction_static", SFT),
+    ("--router-* in a train-only run", [*SFT, "args.router_balance_abs_threshold=4"],
+     "args.router_balance_abs_threshold", SFT),
+]
+
+
+@pytest.mark.parametrize("name,bad,key,good", CASES, ids=[c[0] for c in CASES])
+def test_ported_check_refuses_and_neighbour_passes(name, bad, key, good):
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides(bad)
+    keys = [e.key for e in err.value.errors]
+    assert key in keys, (name, keys)
+    e = next(e for e in err.value.errors if e.key == key)
+    assert e.fix and e.problem and "Traceback" not in err.value.render()
+    build_from_overrides(good)
+
+
+def test_allgather_cp_is_accepted_for_a_dsa_model():
+    from trainstack.oracle import judge
+
+    j = judge(["model=glm5-744B-A40B", "algo=grpo", "env=dapo_math", "cluster=slurm_8xh100",
+               "cluster.num_nodes=64", "args.allgather_cp=true"])
+    assert "allgather_cp" not in j.rules

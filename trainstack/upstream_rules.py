@@ -1,0 +1,149 @@
+"""Checks slime, Megatron and SGLang make after parsing, ported so they fail before launch.
+
+Each rule cites the upstream check (file:line at slime 624b824a / Megatron-LM 1dcf0daf with
+slime's patches / sglang 0.5.15.post1); the parse oracle (docs/slime_oracle.md) proves that
+trainstack refuses every argv slime's real parser refuses. Registered into validate.RULES.
+"""
+from __future__ import annotations
+
+from trainstack.errors import ConfigError
+from trainstack.validate import Ctx, rule
+
+# slime backends/megatron_utils/arguments.py _ALLGATHER_CP_DSA_ARCHITECTURES, recognised by the
+# model's --spec module (the HF architecture is only known on the GPU node).
+DSA_SPEC_MARKERS = ("glm5", "deepseek_v32", "glm_moe_dsa")
+
+
+@rule
+def lr_floor(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:835 `assert args.min_lr <= args.lr`."""
+    lr, min_lr = ctx.get("lr"), ctx.get("min_lr")
+    if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and min_lr > lr:
+        return [ctx.err("min_lr", f"min_lr {min_lr} is above lr {lr} (Megatron asserts min_lr <= lr)",
+                        f"set {ctx.key('min_lr')} <= {lr}, or raise lr", "lr")]
+    return []
+
+
+@rule
+def save_cadence(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:837-842: with --save, save_interval set and > 0; a retain
+    interval is a positive multiple of it."""
+    if not ctx.is_set("save"):
+        return []
+    interval = ctx.get("save_interval")
+    if interval is None:
+        return [ctx.err("save_interval", "is null, but Megatron asserts save_interval is set whenever --save is "
+                        "(and trainstack always sets --save to the run's checkpoint dir)",
+                        "remove the null to get trainstack's default, or set args.save_interval=N")]
+    retain = ctx.get("save_retain_interval")
+    if isinstance(interval, int) and interval > 0 and isinstance(retain, int) and (retain <= 0 or retain % interval):
+        return [ctx.err("save_retain_interval", f"must be a positive multiple of save_interval ({interval})",
+                        f"use a multiple of {interval}", "save_interval")]
+    return []
+
+
+@rule
+def recompute_settings(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:898 selective recompute takes no recompute_method."""
+    if ctx.get("recompute_granularity") == "selective" and ctx.is_set("recompute_method"):
+        return [ctx.err("recompute_method", "Megatron does not support a recompute method with "
+                        "recompute_granularity=selective", "set recompute_method=null (and recompute_num_layers=null),"
+                        " or recompute_granularity=full", "recompute_granularity")]
+    return []
+
+
+@rule
+def pipeline_stage_layers(ctx: Ctx) -> list[ConfigError]:
+    """slime megatron_utils/arguments.py:90 first/last stage layer counts need PP > 1."""
+    if int(ctx.get("pipeline_model_parallel_size") or 1) != 1:
+        return []
+    return [ctx.err(d, "only applies to pipeline parallelism; slime asserts it is unset when "
+                    "pipeline_model_parallel_size is 1", f"remove {ctx.key(d)} or set pipeline_model_parallel_size > 1",
+                    "pipeline_model_parallel_size")
+            for d in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers") if ctx.is_set(d)]
+
+
+@rule
+def mtp_training(ctx: Ctx) -> list[ConfigError]:
+    """slime utils/arguments.py:2008 `assert args.mtp_num_layers` with --enable-mtp-training."""
+    if ctx.get("enable_mtp_training") and not ctx.get("mtp_num_layers"):
+        return [ctx.err("enable_mtp_training", "multi-token-prediction training needs mtp_num_layers >= 1",
+                        "set args.mtp_num_layers=1 (a model with an MTP head), or drop enable_mtp_training",
+                        "mtp_num_layers")]
+    return []
+
+
+@rule
+def param_selection(ctx: Ctx) -> list[ConfigError]:
+    """slime utils/arguments.py:2038 only-train and freeze lists exclude each other."""
+    if ctx.get("only_train_params_name_list") and ctx.get("freeze_params_name_list"):
+        return [ctx.err("freeze_params_name_list", "slime accepts only one of only_train_params_name_list and "
+                        "freeze_params_name_list", "keep one list", "only_train_params_name_list")]
+    return []
+
+
+@rule
+def prompt_length(ctx: Ctx) -> list[ConfigError]:
+    """slime utils/arguments.py:2033 a prompt must leave room for one generated token."""
+    context, prompt = ctx.get("rollout_max_context_len"), ctx.get("rollout_max_prompt_len")
+    if isinstance(context, int) and isinstance(prompt, int) and prompt > context - 1:
+        return [ctx.err("rollout_max_prompt_len", f"must be below rollout_max_context_len ({context}) so at least "
+                        "one token is generated", f"set it to at most {context - 1}", "rollout_max_context_len")]
+    return []
+
+
+@rule
+def allgather_cp(ctx: Ctx) -> list[ConfigError]:
+    """slime megatron_utils/arguments.py:32 allgather CP needs a DSA-attention model."""
+    if not ctx.get("allgather_cp") or int(ctx.get("context_parallel_size") or 1) <= 1:
+        return []
+    spec = " ".join(map(str, ctx.get("spec") or []))
+    family = str(ctx.run.meta.get("model", {}).get("family", ""))
+    if any(m in spec or m in family for m in DSA_SPEC_MARKERS):
+        return []
+    return [ctx.err("allgather_cp", "with context_parallel_size > 1 is only supported for DSA-attention models "
+                    "(DeepSeek-V3.2, GLM-5); other models would silently scramble token order",
+                    "remove allgather_cp, or set context_parallel_size=1", "context_parallel_size")]
+
+
+@rule
+def expert_layout(ctx: Ctx) -> list[ConfigError]:
+    """Megatron's parallel state needs EP x ETP x PP to divide the training world (neither slime nor
+    Megatron's validate_args checks it: it fails when the process groups are built)."""
+    if ctx.run.cluster.backend == "tiny" or not ctx.get("num_experts"):
+        return []
+    ep = int(ctx.get("expert_model_parallel_size") or 1)
+    etp = int(ctx.get("expert_tensor_parallel_size") or ctx.get("tensor_model_parallel_size") or 1)
+    pp = int(ctx.get("pipeline_model_parallel_size") or 1)
+    world = ctx.actor_gpus
+    if world % (ep * etp * pp):
+        return [ctx.err("expert_model_parallel_size", f"EP x ETP x PP = {ep} x {etp} x {pp} = {ep * etp * pp} does "
+                        f"not divide the {world} training GPUs (the expert process groups cannot be built)",
+                        f"use an expert parallel size whose product with ETP and PP divides {world}",
+                        "expert_tensor_parallel_size", "pipeline_model_parallel_size", "actor_num_gpus_per_node")]
+    return []
+
+
+@rule
+def sglang_engine_split(ctx: Ctx) -> list[ConfigError]:
+    """slime sglang_utils/arguments.py:174 engine GPUs split evenly into SGLang pipeline stages."""
+    if ctx.train_only:
+        return []
+    pp, per_engine = int(ctx.get("sglang_pp_size") or 1), int(ctx.get("rollout_num_gpus_per_engine") or 1)
+    if pp > 1 and per_engine % pp:
+        return [ctx.err("sglang_pp_size", f"rollout_num_gpus_per_engine ({per_engine}) is not divisible by the "
+                        f"SGLang pipeline size ({pp})", f"use a divisor of {per_engine}", "rollout_num_gpus_per_engine")]
+    return []
+
+
+@rule
+def engine_flags_in_train_only(ctx: Ctx) -> list[ConfigError]:
+    """slime skips its SGLang parser in train-only runs (`_pre_parse_mode`), so every --sglang-* and
+    --router-* value would be silently ignored."""
+    if not ctx.train_only:
+        return []
+    ignored = sorted(d for d, v in ctx.run.args.items()
+                     if v is not None and d in ctx.table and ctx.table[d].group == "sglang")
+    return [ctx.err(d, "is never read: this is a train-only run (debug_train_only / load_debug_rollout_data), and "
+                    "slime skips SGLang and its router entirely", f"remove {ctx.key(d)}", "debug_train_only")
+            for d in ignored]
