@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 golden: $(STAMP)
-	$(PY) -m trainstack.golden --update
+	$(PY) -m trainstack.tools.golden --update
 
 bench: $(STAMP)
 	$(PY) benchmarks/dry_run_latency.py

@@ -87,3 +87,21 @@ def test_golden_check_detects_drift(tmp_path, monkeypatch):
     victim = tmp_path / "cpu-smoke.json"
     victim.write_text(victim.read_text().replace('"--lr"', '"--lr-typo"'))
     assert golden.main([]) == 1
+
+
+def test_make_golden_runs_and_leaves_current_files_unchanged():
+    """`make golden` (README, "Adding ... an experiment") works and the committed files are what it writes."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    before = {p.name: p.read_bytes() for p in golden.GOLDEN_DIR.glob("*.json")}
+    res = subprocess.run(["make", "-C", str(ROOT), "golden", f"PY={sys.executable}", "STAMP="],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    after = {p.name: p.read_bytes() for p in golden.GOLDEN_DIR.glob("*.json")}
+    assert after == before, "golden files were stale: review `git diff tests/golden`"
