@@ -147,3 +147,105 @@ def engine_flags_in_train_only(ctx: Ctx) -> list[ConfigError]:
     return [ctx.err(d, "is never read: this is a train-only run (debug_train_only / load_debug_rollout_data), and "
                     "slime skips SGLang and its router entirely", f"remove {ctx.key(d)}", "debug_train_only")
             for d in ignored]
+
+
+SLIME_DEFAULT_SEQ_LENGTH = 4096  # slime megatron_utils/arguments.py:165 when --seq-length is unset
+NCCL_ALGO_CHOICES = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")
+
+
+def _seq_length(ctx: Ctx) -> int:
+    return int(ctx.get("seq_length") or SLIME_DEFAULT_SEQ_LENGTH)
+
+
+@rule
+def attention_shapes(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:812 hidden_size divisible by heads (without kv_channels)."""
+    h, heads = ctx.get("hidden_size"), ctx.get("num_attention_heads")
+    if ctx.get("kv_channels") is None and isinstance(h, int) and isinstance(heads, int) and heads > 0 and h % heads:
+        return [ctx.err("hidden_size", f"{h} is not divisible by num_attention_heads {heads}",
+                        "set kv_channels (the head dimension), or a hidden size divisible by the head count",
+                        "num_attention_heads")]
+    return []
+
+
+@rule
+def sequence_lengths(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:816-829: CP needs seq_length % (2 CP) == 0; positions cover seq_length."""
+    out = []
+    seq, cp = _seq_length(ctx), int(ctx.get("context_parallel_size") or 1)
+    if cp > 1 and seq % (2 * cp):
+        out.append(ctx.err("context_parallel_size", f"seq_length {seq} is not a multiple of 2 x CP = {2 * cp}",
+                           f"set args.seq_length to a multiple of {2 * cp}", "seq_length"))
+    pos = ctx.get("max_position_embeddings")
+    if isinstance(pos, int) and pos < seq:
+        out.append(ctx.err("max_position_embeddings", f"{pos} is below seq_length {seq}",
+                           f"set max_position_embeddings >= {seq} or a smaller seq_length", "seq_length"))
+    return out
+
+
+@rule
+def activation_recompute(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:883-891 distributed saved activations; :914 TP comm overlap."""
+    out = []
+    tp = int(ctx.get("tensor_model_parallel_size") or 1)
+    if ctx.get("distribute_saved_activations") and (
+            tp <= 1 or ctx.get("recompute_granularity") != "full" or not ctx.is_set("recompute_method")):
+        out.append(ctx.err("distribute_saved_activations", "needs TP > 1, recompute_granularity=full and a "
+                           "recompute_method", "set those, or drop distribute_saved_activations",
+                           "tensor_model_parallel_size", "recompute_granularity", "recompute_method"))
+    sp = bool(ctx.get("sequence_parallel")) and tp > 1 and not ctx.get("distribute_saved_activations")
+    if ctx.get("tp_comm_overlap") and not sp:
+        out.append(ctx.err("tp_comm_overlap", "needs sequence parallelism (Megatron turns it off at TP=1)",
+                           "set sequence_parallel=true with TP > 1, or drop tp_comm_overlap",
+                           "sequence_parallel", "tensor_model_parallel_size"))
+    return out
+
+
+@rule
+def overlap_settings(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:600 overlap_param_gather needs overlap_grad_reduce."""
+    if ctx.get("overlap_param_gather") and not ctx.get("overlap_grad_reduce"):
+        return [ctx.err("overlap_param_gather", "needs overlap_grad_reduce", "set overlap_grad_reduce=true",
+                        "overlap_grad_reduce")]
+    return []
+
+
+@rule
+def expert_parallel_needs_experts(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:1025 EP > 1 needs an MoE model."""
+    if int(ctx.get("expert_model_parallel_size") or 1) > 1 and not ctx.get("num_experts"):
+        return [ctx.err("expert_model_parallel_size", "expert parallelism needs an MoE model (num_experts unset)",
+                        "set expert_model_parallel_size=1 for a dense model", "num_experts")]
+    return []
+
+
+@rule
+def deterministic_mode(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:1072-1078: no flash attention or fused cross entropy, and the
+    trainer's environment sets NCCL_ALGO to an algorithm NCCL runs deterministically."""
+    if not ctx.get("deterministic_mode") or ctx.run.cluster.backend != "slime":
+        return []
+    out = [ctx.err(d, "is not deterministic, so Megatron refuses it with deterministic_mode", f"remove {ctx.key(d)}",
+                   "deterministic_mode") for d in ("use_flash_attn", "cross_entropy_loss_fusion") if ctx.get(d)]
+    algo = ctx.run.runtime_env.env_vars.get("NCCL_ALGO")
+    if algo not in NCCL_ALGO_CHOICES:
+        out.append(ConfigError("runtime_env.env_vars.NCCL_ALGO", f"deterministic_mode needs NCCL_ALGO in the "
+                               f"trainer's environment, one of {', '.join(NCCL_ALGO_CHOICES)}",
+                               "set runtime_env.env_vars.NCCL_ALGO=Ring", value=algo,
+                               related={"args.deterministic_mode": True}))
+    return out
+
+
+@rule
+def cuda_connections(ctx: Ctx) -> list[ConfigError]:
+    """Megatron training/arguments.py:950 TP or CP > 1 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (Hopper and
+    older; trainstack sets it unless the run's environment overrides it)."""
+    if ctx.run.cluster.backend != "slime":
+        return []
+    value = ctx.run.runtime_env.env_vars.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    parallel = int(ctx.get("tensor_model_parallel_size") or 1) > 1 or int(ctx.get("context_parallel_size") or 1) > 1
+    if value is not None and str(value) != "1" and parallel and not ctx.get("overlap_moe_expert_parallel_comm"):
+        return [ConfigError("runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS", "Megatron asserts it is 1 with "
+                            "tensor or context parallelism on H100/A100", "remove the override (trainstack sets 1)",
+                            value=value)]
+    return []

@@ -154,6 +154,16 @@ INVALID_CASES: dict[str, list[str]] = {
     "dump_details_same_templates": ["args.dump_details=/RUNS/dump", "args.save_debug_rollout_data=/x/{rollout_id}.pt",
                                     "args.save_debug_train_data=/x/{rollout_id}.pt"],
     "mtp_training_zero_layers": ["args.enable_mtp_training=true", "args.mtp_num_layers=0"],
+    "hidden_not_divisible_by_heads": ["model.hidden_size=2500", "model.kv_channels=null"],
+    "cp_seq_length": ["model.context_parallel_size=2", "args.seq_length=4098"],
+    "positions_below_seq_length": ["args.seq_length=8192", "args.max_position_embeddings=4096"],
+    "distribute_saved_activations_tp1": ["model.tensor_model_parallel_size=1", "args.distribute_saved_activations=true"],
+    "tp_comm_overlap_without_sp": ["model.tensor_model_parallel_size=1", "args.tp_comm_overlap=true"],
+    "overlap_param_gather_without_grad": ["args.overlap_param_gather=true", "args.overlap_grad_reduce=false"],
+    "ep_on_dense_model": ["model.expert_model_parallel_size=2"],
+    "deterministic_with_fused_ce": ["experiment=qwen2.5-0.5B-reproducibility", "args.cross_entropy_loss_fusion=true"],
+    "deterministic_without_nccl_algo": ["experiment=qwen2.5-0.5B-reproducibility", "runtime_env.env_vars.NCCL_ALGO=Auto"],
+    "cuda_connections_override": ["runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8"],
 }
 
 
