@@ -1,6 +1,7 @@
 """Composed Hydra config -> ResolvedRun: one flat, typed, absolute map of slime dests.
 
-Precedence of dests: model < algo < env < cluster-derived < args. Every value remembers where
+Precedence of dests, by who said it: command line > experiment > group files (model < algo <
+env) > cluster-derived (see merge_layers). Every value remembers where
 it came from (a group file, an experiment, the command line, or trainstack's derivation) so
 errors can say so.
 """
@@ -296,6 +297,40 @@ def normalise_append(spec: at.ArgSpec, value: Any) -> Any:
     return [v if isinstance(v, list) else [v] for v in value]
 
 
+DEST_LAYERS = ("model", "algo", "env", "args")
+
+
+def source_rank(source: str) -> int:
+    """Who said it: the command line beats an experiment file beats the group files."""
+    if source.startswith("command line"):
+        return 3
+    if source.startswith("conf/experiment/"):
+        return 2
+    return 1
+
+
+def merge_layers(layers: dict[str, dict[str, Any]], origin: Origin
+                 ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """One value per dest, by who said it (command line > experiment > group files), whichever
+    namespace it was written under; within a rank the later layer wins (model < algo < env < args).
+    The provenance of a dest that replaced another value says what it replaced."""
+    merged: dict[str, Any] = {}
+    provenance: dict[str, str] = {}
+    layer_of: dict[str, str] = {}
+    rank_of: dict[str, int] = {}
+    for ns in DEST_LAYERS:
+        for dest, value in layers.get(ns, {}).items():
+            source = origin.source_of(f"{ns}.{dest}")
+            rank = max(source_rank(source), 2 if ns == "args" else 1)
+            if dest in merged and rank < rank_of[dest]:
+                provenance[dest] += f" (over {value!r} from {source})"
+                continue
+            if dest in merged and merged[dest] != value:
+                source += f" (over {merged[dest]!r} from {provenance[dest].split(' (over ')[0]})"
+            merged[dest], provenance[dest], layer_of[dest], rank_of[dest] = value, source, ns, rank
+    return merged, provenance, layer_of
+
+
 def is_train_only(args: dict[str, Any]) -> bool:
     """slime skips its SGLang parser (and engines) for these runs (`_pre_parse_mode`)."""
     return bool(args.get("debug_train_only")) or args.get("load_debug_rollout_data") is not None
@@ -405,24 +440,15 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     if errors or cluster is None or paths is None:
         raise ConfigErrors(errors)
 
-    merged: dict[str, Any] = {}
-    provenance: dict[str, str] = {}
-    layer_of: dict[str, str] = {}
-    for ns in ("model", "algo", "env"):
-        for dest, value in layers[ns].items():
-            merged[dest] = value
-            layer_of[dest] = ns
-            provenance[dest] = origin.source_of(f"{ns}.{dest}")
-    derived, derr = derive_cluster_args(cluster, {**merged, **layers["args"]})
+    merged, provenance, layer_of = merge_layers(layers, origin)
+    derived, derr = derive_cluster_args(cluster, merged)
     errors += derr
     for dest, value in derived.items():
-        merged[dest] = value
-        layer_of[dest] = "args"
-        provenance[dest] = f"derived from cluster={cluster.name} (conf/cluster/{origin.choices.get('cluster')}.yaml)"
-    for dest, value in layers["args"].items():
-        merged[dest] = value
-        layer_of[dest] = "args"
-        provenance[dest] = origin.source_of(f"args.{dest}")
+        if dest not in merged:  # anything a config file or the command line says wins over derivation
+            merged[dest] = value
+            layer_of[dest] = "args"
+            provenance[dest] = (f"derived from cluster={cluster.name} "
+                                f"(conf/cluster/{origin.choices.get('cluster')}.yaml)")
 
     drop_preset_sglang_dests(merged, provenance, table)
     for dest in merged:
