@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
 
-# Hydra flags that take a value (the next token is not an override).
-_VALUE_FLAGS = {"-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name",
-                "-cd", "--config-dir", "--experimental-rerun", "-i", "--info"}
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
 _FREE_MAPS = {"runtime_env.env_vars", "cluster.extra"}  # user-named keys
 
 
 @lru_cache(maxsize=None)
 def group_options(conf_dir: str, group: str) -> tuple[str, ...]:
-    d = Path(conf_dir) / group
-    return tuple(sorted(p.stem for p in d.glob("*.yaml"))) if d.is_dir() else ()
+    """Options of a group; `conf_dir` may list several dirs (os.pathsep), e.g. with --config-dir."""
+    found = {p.stem for d in conf_dir.split(os.pathsep) if (Path(d) / group).is_dir()
+             for p in (Path(d) / group).glob("*.yaml")}
+    return tuple(sorted(found))
 
 
 def _simple_values(value: str) -> list[str] | None:
@@ -96,30 +97,41 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
     return token, None
 
 
+def split_hydra_argv(argv: list[str]) -> tuple[list[str], Any]:
+    """Hydra's own command line parser decides which tokens are overrides (`--cfg job`, `-c job`,
+    `--info defaults`, `-sc install=bash`, `--config-dir D` are not)."""
+    from hydra._internal.utils import get_args_parser
+
+    ns, _unknown = get_args_parser().parse_known_args(argv)  # bad flags: Hydra reports them itself
+    return list(ns.overrides or []), ns
+
+
 def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
     """Return argv with dest overrides rewritten; raise ConfigErrors for unknown keys."""
-    out, errors = [], []
-    has_searchpath = any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in argv)
-    skip = False
-    for tok in argv:
-        if skip:
-            out.append(tok)
-            skip = False
-            continue
-        if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1 and tok[1:2].isalpha() or tok.startswith("--"):
-            out.append(tok)
-            skip = tok in _VALUE_FLAGS and tok not in ("-i", "--info")
-            continue
-        new, err = check_override(tok, conf_dir, has_searchpath)
-        out.append(new)
+    overrides, flags = split_hydra_argv(argv)
+    if flags.shell_completion or flags.help or flags.hydra_help:
+        return list(argv)  # completion/help read the overrides themselves (`-sc install=bash`)
+    errors = []
+    has_searchpath = any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in overrides)
+    rewritten = []
+    for tok in overrides:
+        dirs = os.pathsep.join(filter(None, [conf_dir, flags.config_dir]))  # --config-dir adds presets
+        new, err = check_override(tok, dirs, has_searchpath)
+        rewritten.append(new)
         if err:
             errors.append(err)
     if not errors:
-        errors = syntax_errors([t for t in out if not t.startswith("-")])
+        errors = syntax_errors(rewritten)
     if not errors:
-        errors = yaml_errors(conf_dir, [t for t in out if not t.startswith("-")])
+        errors = yaml_errors(conf_dir, rewritten)
     if errors:
         raise ConfigErrors(errors)
+    out, pending = [], list(zip(overrides, rewritten))
+    for tok in argv:  # put each rewritten override where the user wrote it
+        if pending and tok == pending[0][0]:
+            out.append(pending.pop(0)[1])
+        else:
+            out.append(tok)
     return out
 
 
