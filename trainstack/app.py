@@ -33,6 +33,12 @@ def run_app(cfg: Any) -> None:
     except ConfigErrors as err:
         report_and_exit(err)
     sweep = hc.mode == RunMode.MULTIRUN
+    from trainstack.preflight import preflight
+
+    try:  # the trainer's own checks, before anything is written: a dry run answers like the launch
+        preflight(run, cmd, launching=not cfg.dry_run)
+    except ConfigErrors as err:
+        report_and_exit(err)
     if cfg.dry_run:
         from trainstack import display
 

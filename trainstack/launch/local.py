@@ -8,7 +8,6 @@ Only processes this launcher started are ever signalled.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import subprocess
@@ -22,18 +21,10 @@ from trainstack.lease import Lease, LeaseHeld
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 from trainstack.resume import FINISHED, RESUME, ResumePlan, plan
+from trainstack.preflight import prepare_env_data
 from trainstack.rundir import RunDir
 
 EXIT_BUSY = 3  # another launch holds the run
-
-
-def prepare_env_data(run: ResolvedRun) -> None:
-    """Call the env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files)."""
-    target = run.meta.get("env", {}).get("prepare")
-    if not target:
-        return
-    module, _, fn = target.rpartition(".")
-    getattr(importlib.import_module(module), fn)(run.paths.data_root)
 
 
 def launch_env(run: ResolvedRun, cmd: SlimeCommand, rundir: RunDir) -> dict[str, str]:
@@ -145,7 +136,7 @@ def _run_with_lease(run: ResolvedRun, cmd: SlimeCommand, rundir: RunDir, lease: 
               f"e.g. env.num_rollout={(rp.num_rollout or 0) * 2} (same run_id, resumes from "
               f"{rp.checkpoint.latest_complete + 1})", file=sys.stderr)
         return 0
-    prepare_env_data(run)
+    prepare_env_data(run)  # (already run by the preflight on this host; idempotent, for callers without it)
     rundir.write_spec(run, cmd)
     if rp.action == RESUME:
         rundir.event("resume", from_rollout=rp.from_rollout, checkpoint=rp.checkpoint.latest_complete,

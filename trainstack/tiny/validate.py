@@ -142,7 +142,7 @@ def validate(parsed: ParsedArgv, env: Mapping[str, str] = os.environ) -> None:
             "e.g. --custom-rm-path trainstack.tiny.arithmetic.reward")
     if a.use_wandb and not a.wandb_group:
         err("wandb_group", "--use-wandb needs --wandb-group (slime crashes without it)", "add --wandb-group NAME")
-    if a.use_tensorboard and not a.tb_project_name and not os.environ.get("TENSORBOARD_DIR"):
+    if a.use_tensorboard and not a.tb_project_name and not env.get("TENSORBOARD_DIR"):
         err("tb_project_name", "--use-tensorboard needs --tb-project-name or env TENSORBOARD_DIR")
 
     # load resolution (slime rule 5)
