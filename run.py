@@ -12,8 +12,8 @@ from trainstack.app import prepare_argv, run_app
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    run_app(cfg)
+def main(cfg: DictConfig) -> object:
+    return run_app(cfg)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def prepare_argv() -> None:
         report_and_exit(err)
 
 
-def run_app(cfg: Any) -> None:
+def run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -64,6 +64,11 @@ def run_app(cfg: Any) -> None:
         report_and_exit(err)
     from trainstack.launch.local import EXIT_BUSY
 
+    if sweep:  # the local sweep launcher prints one summary and sets the exit code
+        from trainstack.sweep_points import PointResult
+
+        return PointResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, code=code,
+                           overrides=[o for o in origin.overrides if not o.startswith(("dry_run", "hydra"))])
     submitted_only = run.cluster.launcher == "slurm" and not os.environ.get("TRAINSTACK_SLURM_JOB")
     if not sweep and code != EXIT_BUSY and not submitted_only:
         print_summary(run, code)

@@ -4,16 +4,19 @@ Behaviour is Hydra's BasicSweeper/BasicLauncher; only how each point's config is
 (see trainstack/sweep_cache.py, equivalence tested in tests/test_sweep_cache.py).
 """
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import open_dict
 
+from trainstack import sweep_points
+from trainstack.errors import ConfigErrors, report_and_exit
 from trainstack.sweep_cache import SweepConfigCache
 
 
@@ -46,17 +49,36 @@ class TrainstackLocalLauncher(BasicLauncher):
         setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
-        runs: List[JobReturn] = []
+        configs = []
         for idx, overrides in enumerate(job_overrides):
-            idx = initial_job_idx + idx
             sweep_config = cache.load(list(overrides))
             with open_dict(sweep_config):
-                sweep_config.hydra.job.id = idx
-                sweep_config.hydra.job.num = idx
+                sweep_config.hydra.job.id = initial_job_idx + idx
+                sweep_config.hydra.job.num = initial_job_idx + idx
+            configs.append(sweep_config)
+        dry = all(bool(c.get("dry_run")) for c in configs)
+        if not dry:  # every point is checked before the first one runs
+            errors = sweep_points.check_points(configs)
+            if errors:
+                sweep_points.remove_fresh_sweep_dir(str(self.config.hydra.sweep.dir))
+                report_and_exit(ConfigErrors(errors))
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        runs: List[JobReturn] = []
+        for sweep_config in configs:
             runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
                                 config=sweep_config, job_dir_key="hydra.sweep.dir",
                                 job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = str(self.config.hydra.sweep.dir)
+        if dry:
+            sweep_points.remove_empty_dirs(sweep_dir, [str(Path(sweep_dir) / str(c.hydra.job.num)) for c in configs])
+            return runs
+        results = [r.return_value for r in runs
+                   if r.status == JobStatus.COMPLETED and isinstance(r.return_value, sweep_points.PointResult)]
+        if results:
+            sweep_points.print_summary(results)
+        failed = [r for r in runs if r.status != JobStatus.COMPLETED] + [r for r in results if r.code != 0]
+        if failed:
+            sys.exit(1)
         return runs
