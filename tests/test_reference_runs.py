@@ -95,7 +95,7 @@ def test_make_golden_runs_and_leaves_current_files_unchanged():
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from trainstack.resolve import PROJECT_ROOT as ROOT
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
