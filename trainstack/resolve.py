@@ -365,6 +365,8 @@ def config_hash(args: dict[str, Any], extra: dict[str, Any]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
 
 
+MAX_RUN_ID = 128  # a directory name, a W&B run name and a SLURM job name
+
 # Megatron asserts `save_interval is not None` whenever `--save` is given, and trainstack always
 # manages --save. The default bounds the work a crash loses: upstream's usual 20 rollouts, but at
 # least ~10 checkpoints over a short run (slime also saves after the last rollout).
@@ -498,6 +500,11 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
         raise ConfigErrors([ConfigError("run_id", f"contains {''.join(sorted(bad_chars))!r}; run ids name "
                                         "directories, W&B runs and SLURM jobs", "use letters, digits, '.', '_' and '-'",
                                         value=run_id, source=origin.source_of("run_id"))])
+    if run_id in (".", "..") or len(run_id) > MAX_RUN_ID:
+        raise ConfigErrors([ConfigError("run_id", f"'{run_id[:40]}' cannot name a run directory (it must not be '.' "
+                                        f"or '..', and at most {MAX_RUN_ID} characters)",
+                                        "use letters, digits, '.', '_' and '-'", value=run_id[:200],
+                                        source=origin.source_of("run_id"))])
     run_dir = str(Path(paths.runs_root) / run_id)
 
     # Run identity, managed by trainstack wherever the user did not set the dest:

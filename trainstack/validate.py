@@ -381,6 +381,26 @@ def colocate_offload(ctx: Ctx) -> list[ConfigError]:
     return out
 
 
+MIN_LEASE_TTL_S = 1.0  # the holder renews every ttl/3: below this a busy host misses its own renewals
+
+
+@rule
+def lease_settings(ctx: Ctx) -> list[ConfigError]:
+    """A TTL of 0 would let any second launch take over a live run; grace must be a real duration."""
+    import math
+
+    out = []
+    ttl, grace = ctx.run.resume.lease_ttl_s, ctx.run.resume.grace_s
+    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl < MIN_LEASE_TTL_S:
+        out.append(ConfigError("resume.lease_ttl_s", f"must be a finite number of seconds >= {MIN_LEASE_TTL_S:g} "
+                               "(the holder renews every ttl/3; a smaller TTL lets a second launch take over a live "
+                               "run)", "use the default 60, or at least a few seconds", value=ttl))
+    if not isinstance(grace, (int, float)) or not math.isfinite(grace) or grace < 0:
+        out.append(ConfigError("resume.grace_s", "must be a finite number of seconds >= 0",
+                               "use the default 30", value=grace))
+    return out
+
+
 TINY_MAX_PARAMS = 50_000_000
 TINY_ESTIMATORS = ("grpo", "gspo", "reinforce_plus_plus")
 
