@@ -248,9 +248,7 @@ def checkpointing(ctx: Ctx) -> list[ConfigError]:
     if ctx.get("save_interval") is not None and not ctx.is_set("save"):
         out.append(ctx.err("save_interval", "needs --save", "leave args.save unset (trainstack sets it to the "
                            "run's checkpoint dir) or set it"))
-    if ctx.is_set("save") and ctx.get("save_interval") is None:
-        ctx.run.warnings.append("save_interval is not set: slime only checkpoints with --save-interval, so this run "
-                                "never saves and a relaunch starts from zero; set args.save_interval=N")
+    # --save without save_interval is an error now (Megatron asserts it): upstream_rules.save_cadence.
     if ctx.get("no_save_optim"):
         ctx.run.warnings.append("no_save_optim=true: checkpoints will not hold optimizer state, so a resume "
                                 "is not exact")
