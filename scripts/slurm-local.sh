@@ -24,7 +24,7 @@ die() { say "error: $*"; exit 1; }
 alive() {  # alive PIDFILE: the pid in it is a live (non-zombie) process
   local f=$1 pid state
   [[ -s $f ]] || return 1
-  pid=$(<"$f")
+  pid=$(cat "$f" 2>/dev/null) || return 1  # a daemon that is exiting removes its pid file: not alive
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ -r /proc/$pid/status ]] || return 1
   state=$(awk '/^State:/{print $2}' "/proc/$pid/status")
@@ -34,7 +34,7 @@ alive() {  # alive PIDFILE: the pid in it is a live (non-zombie) process
 stop_pidfile() {  # stop_pidfile NAME PIDFILE
   local name=$1 f=$2 pid i
   if ! alive "$f"; then rm -f "$f"; return 0; fi
-  pid=$(<"$f")
+  pid=$(cat "$f" 2>/dev/null) || return 0  # gone between the two reads: stopped already
   kill -TERM "$pid" 2>/dev/null || true
   for i in $(seq 1 50); do alive "$f" || break; sleep 0.1; done
   if alive "$f"; then kill -KILL "$pid" 2>/dev/null || true; sleep 0.2; fi
