@@ -97,6 +97,11 @@ class ArgSpec:
         return self.nargs in ("+", "*") or (self.nargs is not None and self.nargs.isdigit() and int(self.nargs) > 1) or self.kind == APPEND
 
     @property
+    def is_switch(self) -> bool:
+        """Takes no value: the flag (or its negative) sets True/False."""
+        return self.kind in (STORE_TRUE, STORE_FALSE, BOOL_OPTIONAL)
+
+    @property
     def has_default(self) -> bool:
         return self.default != SUPPRESS
 

@@ -14,14 +14,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainstack.resolve import PROJECT_ROOT
+from trainstack.tools.golden import PLACEHOLDER_OVERRIDES, ROOT_MARK  # machine-independent paths, as in goldens
 
 ORACLE_PATH = PROJECT_ROOT / "tests" / "oracle" / "slime_parse_oracle.json"
-# Machine-independent paths (the same placeholders as the golden files).
-PLACEHOLDER_OVERRIDES = (
-    "paths.models_root=/MODELS", "paths.data_root=/DATA", "paths.runs_root=/RUNS",
-    "slime.root=/SLIME", "slime.megatron_root=/MEGATRON",
-)
-ROOT_MARK = "<trainstack>"
 
 
 @dataclass

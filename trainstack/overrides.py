@@ -114,8 +114,8 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
     errors = []
     has_searchpath = any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in overrides)
     rewritten = []
+    dirs = os.pathsep.join(filter(None, [conf_dir, flags.config_dir]))  # --config-dir adds presets
     for tok in overrides:
-        dirs = os.pathsep.join(filter(None, [conf_dir, flags.config_dir]))  # --config-dir adds presets
         new, err = check_override(tok, dirs, has_searchpath)
         rewritten.append(new)
         if err:

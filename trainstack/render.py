@@ -85,15 +85,11 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-def _is_switch(spec: at.ArgSpec) -> bool:
-    return spec.kind in (at.STORE_TRUE, at.STORE_FALSE, at.BOOL_OPTIONAL)
-
-
 def render_dest(spec: at.ArgSpec, value: Any) -> list[str]:
     """Tokens for one dest; [] when the value means 'leave slime's default'."""
     if value is None:
         return []
-    if _is_switch(spec):
+    if spec.is_switch:
         # Whichever of the dest's actions sets this value (a dest may have a store_true and a
         # store_false flag); nothing when no flag can and the value is already slime's default.
         flag = spec.true_flag if value else spec.false_flag

@@ -189,7 +189,7 @@ def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> lis
     if value is None:
         return []
     bad = lambda problem, fix: [ConfigError(key, problem, fix, value=value, source=source)]  # noqa: E731
-    if spec.kind in (at.STORE_TRUE, at.STORE_FALSE, at.BOOL_OPTIONAL):
+    if spec.is_switch:
         if not isinstance(value, bool):
             return bad(f"{spec.flag} is a switch: expected true or false", f"set {key}=true or {key}=false")
         can_set = spec.true_flag if value else spec.false_flag
@@ -318,6 +318,7 @@ def merge_layers(layers: dict[str, dict[str, Any]], origin: Origin
     provenance: dict[str, str] = {}
     layer_of: dict[str, str] = {}
     rank_of: dict[str, int] = {}
+    said_by: dict[str, str] = {}  # the winning source, before " (over ...)" notes
     for ns in DEST_LAYERS:
         for dest, value in layers.get(ns, {}).items():
             source = origin.source_of(f"{ns}.{dest}")
@@ -325,9 +326,9 @@ def merge_layers(layers: dict[str, dict[str, Any]], origin: Origin
             if dest in merged and rank < rank_of[dest]:
                 provenance[dest] += f" (over {value!r} from {source})"
                 continue
-            if dest in merged and merged[dest] != value:
-                source += f" (over {merged[dest]!r} from {provenance[dest].split(' (over ')[0]})"
-            merged[dest], provenance[dest], layer_of[dest], rank_of[dest] = value, source, ns, rank
+            note = f" (over {merged[dest]!r} from {said_by[dest]})" if dest in merged and merged[dest] != value else ""
+            merged[dest], said_by[dest], provenance[dest] = value, source, source + note
+            layer_of[dest], rank_of[dest] = ns, rank
     return merged, provenance, layer_of
 
 

@@ -6,10 +6,11 @@ value and where it came from, with the fix. See docs/validation.md for the list 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from trainstack.errors import ConfigError
-from trainstack.resolve import ResolvedRun
+from trainstack.resolve import ResolvedRun, is_train_only
 
 Rule = Callable[["Ctx"], list[ConfigError]]
 RULES: list[Rule] = []
@@ -48,7 +49,7 @@ class Ctx:
 
     @property
     def train_only(self) -> bool:
-        return bool(self.get("debug_train_only")) or self.is_set("load_debug_rollout_data")
+        return is_train_only(self.run.args)
 
     @property
     def rollout_only(self) -> bool:
@@ -385,8 +386,6 @@ MIN_LEASE_TTL_S = 1.0  # the holder renews every ttl/3: below this a busy host m
 @rule
 def lease_settings(ctx: Ctx) -> list[ConfigError]:
     """A TTL of 0 would let any second launch take over a live run; grace must be a real duration."""
-    import math
-
     out = []
     ttl, grace = ctx.run.resume.lease_ttl_s, ctx.run.resume.grace_s
     if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl < MIN_LEASE_TTL_S:

@@ -16,6 +16,7 @@ PLACEHOLDER_OVERRIDES = [
     "paths.models_root=/MODELS", "paths.data_root=/DATA", "paths.runs_root=/RUNS",
     "slime.root=/SLIME", "slime.megatron_root=/MEGATRON",
 ]
+ROOT_MARK = "<trainstack>"  # the checkout's path in recorded env values
 
 
 def experiments() -> list[str]:
@@ -27,7 +28,7 @@ def golden_record(experiment: str) -> dict:
 
     run, cmd = build_from_overrides([f"experiment={experiment}", *PLACEHOLDER_OVERRIDES])
     entry = cmd.entrypoint if cmd.backend == "slime" else ["python", *cmd.entrypoint[1:]]
-    env = {k: v.replace(str(PROJECT_ROOT), "<trainstack>") for k, v in cmd.redacted_env().items()}
+    env = {k: v.replace(str(PROJECT_ROOT), ROOT_MARK) for k, v in cmd.redacted_env().items()}
     from trainstack.argtable import load_table
 
     table = load_table()

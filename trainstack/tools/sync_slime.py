@@ -702,12 +702,12 @@ def build_help_json(parsers: Mapping[str, Any], *, slime_commit: str) -> dict:
 
 
 def cmd_help(ns: argparse.Namespace) -> int:
-    slime_root = Path(ns.slime_root).resolve()
-    megatron_root = Path(ns.megatron_root).resolve() if ns.megatron_root else None
     try:
-        parsers = build_slime_parsers(slime_root, megatron_root)
+        parsers = build_slime_parsers(Path(ns.slime_root).resolve(),
+                                      Path(ns.megatron_root).resolve() if ns.megatron_root else None)
     except ImportError as e:
-        print(f"sync_slime help: cannot import slime's parser dependencies ({e})", file=sys.stderr)
+        print(f"sync_slime help: cannot import slime's parser dependencies ({e}); install Megatron-LM "
+              "(or pass --megatron-root), sglang and sglang-router", file=sys.stderr)
         return 2
     commit = json.loads(ARGS_JSON.read_text(encoding="utf-8"))["meta"]["slime_commit"]
     doc = build_help_json(parsers, slime_commit=commit)
@@ -743,19 +743,14 @@ def build_parser() -> argparse.ArgumentParser:
     mj.add_argument("--check", action="store_true")
     mj.set_defaults(fn=cmd_models_json)
 
-    ar = sub.add_parser("args", help="rebuild slime_args.json from slime's real parsers (needs Megatron + SGLang)")
-    ar.add_argument("--slime-root", required=True)
-    ar.add_argument("--megatron-root", help="Megatron-LM checkout to put on sys.path")
-    ar.add_argument("--out", default=str(ARGS_JSON))
-    ar.add_argument("--check", action="store_true")
-    ar.set_defaults(fn=cmd_args)
-
-    hp = sub.add_parser("help", help="rebuild slime_help.json (each dest's help text) from slime's real parsers")
-    hp.add_argument("--slime-root", required=True)
-    hp.add_argument("--megatron-root", help="Megatron-LM checkout to put on sys.path")
-    hp.add_argument("--out", default=str(HELP_JSON))
-    hp.add_argument("--check", action="store_true")
-    hp.set_defaults(fn=cmd_help)
+    for name, fn, out, what in (("args", cmd_args, ARGS_JSON, "slime_args.json (every argparse action)"),
+                                ("help", cmd_help, HELP_JSON, "slime_help.json (each dest's help text)")):
+        sp = sub.add_parser(name, help=f"rebuild {what} from slime's real parsers (needs Megatron + SGLang)")
+        sp.add_argument("--slime-root", required=True)
+        sp.add_argument("--megatron-root", help="Megatron-LM checkout to put on sys.path")
+        sp.add_argument("--out", default=str(out))
+        sp.add_argument("--check", action="store_true")
+        sp.set_defaults(fn=fn)
     return p
 
 
