@@ -187,8 +187,7 @@ def test_requeue_cap(monkeypatch, tmp_path):
 
     from trainstack.launch.slurm_job import Point, PointRunner
 
-    point = Point(run_id="r", run_dir=str(tmp_path), overrides=["a=1"], cwd=str(tmp_path), script="run.py",
-                  max_requeues=2)
+    point = Point(run_id="r", run_dir=str(tmp_path), overrides=["a=1"], cwd=str(tmp_path), max_requeues=2)
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     again = PointRunner().checkpoint(point)
     assert isinstance(again, submitit.helpers.DelayedSubmission) and again.args == (point,)
@@ -348,12 +347,19 @@ def test_multinode_ray_bootstrap_two_tasks(tmp_path, cluster_up):
     import submitit
 
     from trainstack.launch.slurm_job import Point, PointRunner
+    from trainstack.pipeline import build_from_overrides
+    from trainstack.rundir import RunDir
+    from trainstack.runspec import RunSpec
 
+    # a stored run whose command is check.py: the job executes it under the lifecycle with RAY_ADDRESS set
+    run, cmd = build_from_overrides([f"paths.runs_root={tmp_path / 'runs'}", "run_id=ray-check"])
+    spec = RunSpec.from_run(run, cmd)
+    spec.command.update(entrypoint=[PY, str(check)], groups={})
+    RunDir(spec.run_dir).write_spec(spec)
     ex = submitit.AutoExecutor(folder=str(tmp_path / "sub" / "%j"), cluster="slurm")
     ex.update_parameters(name="ts-test-runner", nodes=1, tasks_per_node=2, cpus_per_task=1, timeout_min=10)
-    point = Point(run_id="ray-check", run_dir=str(tmp_path / "runs" / "ray-check"), overrides=[], cwd=str(tmp_path),
-                  script=str(check), needs_ray=True, num_nodes=2, gpus_per_node=0, cpus_per_node=1, metric=None,
-                  ray_timeout_s=90)
+    point = Point(run_id="ray-check", run_dir=spec.run_dir, overrides=[], cwd=str(tmp_path), needs_ray=True,
+                  num_nodes=2, gpus_per_node=0, cpus_per_node=1, metric=None, ray_timeout_s=90)
     runner_job = ex.submit(PointRunner(), point)
     wait_jobs_done([two, missing, runner_job.job_id], timeout=240)
     results = runner_job.results()
@@ -406,14 +412,111 @@ def test_array_mode_one_sbatch(tmp_path, cluster_up):
 @pytest.mark.slow
 @slurm
 def test_cancel_a_sweep(tmp_path, cluster_up):
+    """A held sweep: its pending runs have their specs on disk, so status, compare and diff see them; then cancel."""
     r = run_doc("held", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    ids = [x["job_id"] for x in json.loads((tmp_path / "held" / "sweep.json").read_text())["runs"]]
+    runs = json.loads((tmp_path / "held" / "sweep.json").read_text())["runs"]
+    ids = [x["job_id"] for x in runs]
     assert {s for s, _ in squeue(ids).values()} == {"PENDING"}
+    rows = json.loads(trainstack("status", "held", "--json", cwd=tmp_path).stdout)
+    assert [(x["state"], x["scheduler"]) for x in rows] == [("submitted", "PENDING")] * 2, rows
+    assert all((Path(x["run_dir"]) / "spec.json").is_file() for x in runs)
+    cmp_ = json.loads(trainstack("compare", "held", "--json", cwd=tmp_path).stdout)
+    assert json.dumps(cmp_).count(runs[0]["run_id"]) >= 1 and runs[1]["run_id"] in json.dumps(cmp_)
+    d = trainstack("diff", runs[0]["run_dir"], runs[1]["run_dir"], cwd=tmp_path)
+    assert d.returncode == 1 and "algo.lr" in d.stdout and "--lr" in d.stdout, d.stdout + d.stderr
     c = run_doc("cancel", cwd=tmp_path)
     assert c.returncode == 0, c.stderr
     wait_jobs_done(ids, timeout=30)
     assert {job_state(j) for j in ids} == {"CANCELLED"}
+
+
+@pytest.mark.slow
+@slurm
+def test_requeued_job_executes_the_stored_spec(tmp_path, cluster_up):
+    """Submit a sweep, change a conf file and a line of code, requeue a job: it executes exactly the
+    argv stored at submit time (command.json), under the same run_id."""
+    import submitit
+    from test_run_spec import copy_project, edit_conf_and_code
+
+    project = copy_project(tmp_path / "project")
+    work = tmp_path / "work"
+    work.mkdir()
+    from trainstack.tiny.arithmetic import prepare
+
+    prepare(work / "data")
+    penv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(project / "plugins")])}
+    point = ["env.num_rollout=80", "args.save_interval=1"]
+    r = subprocess.run([PY, str(project / "run.py"), "-m", "hydra/launcher=slurm", "hydra.sweep.dir=sw", *point,
+                        "algo.lr=1e-3,2e-3"], cwd=work, env=penv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((work / "sw" / "sweep.json").read_text())
+    runs = manifest["runs"]
+    first = Path(runs[0]["run_dir"])
+    stored = [json.loads((Path(x["run_dir"]) / "command.json").read_text())["argv"] for x in runs]
+    deadline = time.monotonic() + 120
+    while latest_ckpt(first) < 3:
+        assert time.monotonic() < deadline, "point 0 never checkpointed"
+        time.sleep(0.2)
+
+    edit_conf_and_code(project)
+    recomposed = json.loads(subprocess.run([PY, "-m", "trainstack", "render", *point, "algo.lr=1e-3"], cwd=work,
+                                           env=penv, capture_output=True, text=True, check=True).stdout)
+    assert recomposed["argv"] != stored[0] and recomposed["run_id"] != runs[0]["run_id"]  # the edits matter
+    submitit.SlurmJob(folder=manifest["submitit_folder"], job_id=runs[0]["job_id"])._interrupt()  # requeue
+
+    wait_jobs_done([x["job_id"] for x in runs], timeout=300)
+    for x, argv in zip(runs, stored):
+        run_dir = Path(x["run_dir"])
+        started = [e for e in events(run_dir) if e["event"] in ("launch", "resume")]
+        assert started and all(e["argv"][-len(argv):] == argv for e in started), started
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["state"] == "finished" and status["run_id"] == x["run_id"], status
+    assert [e["event"] for e in events(first)].count("resume") >= 1  # point 0 was requeued and resumed
+    assert sorted(p.name for p in (work / "runs").iterdir()) == sorted(x["run_id"] for x in runs)
+
+
+def test_slurm_launcher_fields_reach_sbatch_or_are_refused(tmp_path):
+    """Every field of hydra/launcher=slurm is a trainstack setting, a cluster fallback, passed to sbatch, or refused."""
+    import dataclasses
+
+    from hydra_plugins.trainstack_slurm.config import FROM_CLUSTER, SBATCH_PASSTHROUGH, TrainstackSlurmQueueConf
+    from hydra_plugins.trainstack_slurm.launcher import SETTING_KEYS
+
+    handled = {"_target_", "submitit_folder", "partition", "account", "additional_parameters"}
+    fields = {f.name for f in dataclasses.fields(TrainstackSlurmQueueConf)}
+    assert fields == handled | set(SETTING_KEYS) | set(SBATCH_PASSTHROUGH) | set(FROM_CLUSTER), fields
+    values = {"qos": "high", "comment": "c1", "constraint": "h100", "exclude": "node7", "gres": "gpu:8",
+              "cpus_per_gpu": 4, "gpus_per_task": 8, "mem_per_gpu": "80G", "mem_per_cpu": "4G",
+              "srun_args": ["--cpu-bind=none"], "stderr_to_stdout": True}
+    assert set(values) == set(SBATCH_PASSTHROUGH)
+    args = [f"+hydra.launcher.{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in values.items()]
+    r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "hydra.sweep.dir=sw", "algo.lr=1e-3",
+               *[a.lstrip("+") for a in args], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sbatch = json.loads((tmp_path / "sw" / "sweep.json").read_text())["runs"][0]["sbatch"]
+    for line in ("--qos=high", "--comment=c1", "--constraint=h100", "--exclude=node7", "--gres=gpu:8",
+                 "--cpus-per-gpu=4", "--gpus-per-task=8", "--mem-per-gpu=80G", "--mem-per-cpu=4G", "--cpu-bind=none"):
+        assert line in sbatch, (line, sbatch)
+    for key in FROM_CLUSTER:
+        r = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "hydra.sweep.dir=sw2", "algo.lr=1e-3",
+                   f"hydra.launcher.{key}={'x' if key == 'name' else 2}", cwd=tmp_path)
+        assert r.returncode == 2 and f"hydra.launcher.{key}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_no_plugin_warning_without_the_slurm_extra(tmp_path):
+    """Hydra scans every hydra_plugins module; trainstack's must not need hydra-submitit-launcher."""
+    code = ("import sys, runpy\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.startswith(('hydra_plugins.hydra_submitit_launcher', 'submitit')):\n"
+            "            raise ImportError('blocked: ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            f"sys.argv = [{str(ROOT / 'run.py')!r}, 'dry_run=true']\n"
+            f"runpy.run_path({str(ROOT / 'run.py')!r}, run_name='__main__')\n")
+    r = subprocess.run([PY, "-c", code], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "trainstack_slurm" not in r.stderr and "Error importing" not in r.stderr, r.stderr
 
 
 def test_docs_commands_are_tested():

@@ -1,7 +1,6 @@
 """The Hydra task behind run.py: build the run, then dry-run it or launch it."""
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -50,27 +49,36 @@ def run_app(cfg: Any) -> Any:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         return
     from trainstack.display import print_summary
-    from trainstack.launch import launch
+    from trainstack.launch import registry
+    from trainstack.lifecycle import EXIT_BUSY
+    from trainstack.runspec import RunSpec
 
-    if sweep and run.cluster.launcher != "slurm":  # the SLURM launcher writes its own manifest
-        from trainstack.rundir import record_sweep_point
-
-        record_sweep_point(hc.sweep.dir, run.run_id, run.run_dir, [o.lstrip("+") for o in origin.overrides],
-                           hc.job.num)
-
+    spec = RunSpec.from_run(run, cmd)
     try:
-        code = launch(run, cmd)
+        if sweep:
+            problem = registry.sweep_launcher_problem(spec.launcher, str(hc.launcher.get("_target_", "")))
+            if problem:
+                raise ConfigErrors([problem])
+        launcher = registry.get(spec.launcher)
     except ConfigErrors as err:
         report_and_exit(err)
-    from trainstack.launch.local import EXIT_BUSY
+    if sweep and launcher.waits:  # a queueing launcher's own Hydra plugin writes the manifest
+        from trainstack.rundir import manifest
+
+        manifest.record(hc.sweep.dir, [manifest.SweepRun(run_id=run.run_id, run_dir=spec.run_dir,
+                                                         overrides=list(spec.overrides), job_num=hc.job.num)],
+                        scheduler="local")
+    try:
+        code = launcher.submit(spec)
+    except ConfigErrors as err:
+        report_and_exit(err)
 
     if sweep:  # the local sweep launcher prints one summary and sets the exit code
         from trainstack.sweep_points import PointResult
 
         return PointResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, code=code,
                            overrides=[o for o in origin.overrides if not o.startswith(("dry_run", "hydra"))])
-    submitted_only = run.cluster.launcher == "slurm" and not os.environ.get("TRAINSTACK_SLURM_JOB")
-    if not sweep and code != EXIT_BUSY and not submitted_only:
-        print_summary(run, code)
-    if code and not sweep:
+    if code != EXIT_BUSY and launcher.waits:
+        print_summary(spec, code)
+    if code:
         sys.exit(code)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-TRACKER = "latest_checkpointed_iteration.txt"
+from trainstack.rundir.layout import TRACKER, iter_name
+
 # Files whose presence means an iteration directory was written to the end, per writer.
-COMPLETION_MARKERS = ((".metadata",), ("meta.json", "model.pt"), ("common.pt",))
+TINY_COMPLETE = ("meta.json", "model.pt")  # the tiny trainer writes meta.json last
+COMPLETION_MARKERS = ((".metadata",), TINY_COMPLETE, ("common.pt",))
 
-
-def iter_name(rollout_id: int) -> str:
-    return f"iter_{rollout_id:07d}"
+__all__ = ["TRACKER", "iter_name", "is_complete", "inspect", "CheckpointState", "COMPLETION_MARKERS", "TINY_COMPLETE"]
 
 
 @dataclass(frozen=True)
@@ -31,13 +31,14 @@ class CheckpointState:
         return self.latest_complete is not None
 
 
-def is_complete(save_dir: str, rollout_id: int) -> bool:
-    d = os.path.join(save_dir, iter_name(rollout_id))
+def is_complete(save_dir: str, rollout_id: int | str, markers: tuple[tuple[str, ...], ...] = COMPLETION_MARKERS) -> bool:
+    """The one "complete checkpoint" test (the tiny trainer passes its own marker only)."""
+    d = os.path.join(save_dir, rollout_id if isinstance(rollout_id, str) else iter_name(rollout_id))
     try:
         names = set(os.listdir(d))
     except OSError:
         return False
-    return any(all(m in names for m in marker) for marker in COMPLETION_MARKERS)
+    return any(all(m in names for m in marker) for marker in markers)
 
 
 def inspect(save_dir: str) -> CheckpointState:

@@ -150,6 +150,28 @@ def add_status_cancel(sub) -> None:
 # --- end status / cancel ---------------------------------------------------------------------
 
 
+def cmd_exec(ns: argparse.Namespace) -> int:
+    """Execute a stored run here, as it was submitted (no recomposition)."""
+    from trainstack import runspec
+    from trainstack.launch import registry
+    from trainstack.rundir.targets import bad_target, find_run
+
+    run_dir = find_run(ns.run, ns.runs_root)
+    try:
+        if run_dir is None:
+            raise ConfigErrors([bad_target(ns.run, ns.runs_root)])
+        spec = runspec.load(run_dir)
+        code = registry.get(spec.launcher).execute(spec)
+    except ConfigErrors as err:
+        report_and_exit(err)
+    from trainstack.display import print_summary
+    from trainstack.lifecycle import EXIT_BUSY
+
+    if code != EXIT_BUSY and not ns.quiet:
+        print_summary(spec, code)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search", "-s", help="list dests containing this word")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_args)
+    p = sub.add_parser("exec", help="execute a stored run here, exactly as it was submitted (resumes it)",
+                       description="Runs the command stored in RUN's spec.json under the run lifecycle (lease, "
+                                   "resume from the latest complete checkpoint, events, status, signals). Nothing is "
+                                   "recomposed: conf/ and code edits since the submit do not change the run.")
+    p.add_argument("run", help="a run id (under --runs-root) or a run directory")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no summary at the end")
+    p.set_defaults(func=cmd_exec)
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack.diff import flatten, is_run_dir, run_ids
-from trainstack.display import redact
+from trainstack.diff import flatten
+from trainstack.rundir import RunDir, layout
+from trainstack.rundir.targets import expand, run_ids
+from trainstack.secrets import redact
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.metrics import RunMetrics, read_local, step_key_for, wandb_run_id
 
@@ -54,62 +56,25 @@ def lower_is_better(metric: str) -> bool:
 
 
 # -- finding runs --------------------------------------------------------------------------------
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def load_record(run_dir: Path) -> RunRecord:
-    import yaml
-
-    try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        config = {}
-    command = _read_json(run_dir / "command.json")
+    rd = RunDir(run_dir)
+    config = rd.read(layout.CONFIG) or {}
+    command = rd.read(layout.COMMAND) or {}
     argv = command.get("argv") or []
     group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
     return RunRecord(run_id=command.get("run_id") or config.get("run_id") or run_dir.name, run_dir=run_dir,
-                     config=redact(config), status=_read_json(run_dir / "status.json"), group=group)
-
-
-def _bad_target(target: str, runs_root: Path) -> ConfigError:
-    ids = run_ids(runs_root)
-    near = difflib.get_close_matches(target, ids, n=3, cutoff=0.5)
-    fix = f"did you mean {', '.join(near)}?" if near else f"run ids under {runs_root}: {', '.join(ids[:8]) or '(none)'}"
-    return ConfigError(target, f"not a sweep dir (multirun/<sweep> with sweep.json), a run directory or a run id "
-                               f"under {runs_root}", fix)
+                     config=redact(config), status=rd.read(layout.STATUS) or {}, group=group)
 
 
 def collect(targets: list[str], group: str | None, runs_root: str | Path) -> list[RunRecord]:
     runs_root = Path(runs_root)
-    dirs: list[Path] = []
-    errors: list[ConfigError] = []
-    for t in targets:
-        p = Path(t).expanduser()
-        if (p / "sweep.json").is_file():
-            sweep = _read_json(p / "sweep.json")
-            for r in sweep.get("runs") or []:
-                rd = Path(r.get("run_dir") or "")
-                if not (r.get("run_dir") and rd.is_dir()):
-                    rd = runs_root / str(r.get("run_id"))
-                if rd.is_dir():
-                    dirs.append(rd)
-                else:
-                    errors.append(ConfigError(f"{t}: {r.get('run_id')}", "listed in sweep.json but its run directory "
-                                              f"is missing ({r.get('run_dir')})", "was the run deleted? pass "
-                                              "--runs-root if the runs live elsewhere"))
-        elif p.is_dir() and is_run_dir(p):
-            dirs.append(p)
-        elif "/" not in t and (runs_root / t).is_dir() and is_run_dir(runs_root / t):
-            dirs.append(runs_root / t)
-        else:
-            errors.append(_bad_target(t, runs_root))
-    if errors:
-        raise ConfigErrors(errors)
-    records = [load_record(d) for d in dict.fromkeys(d.resolve() for d in dirs)]
+    refs = expand(targets, runs_root)
+    missing = [r for r in refs if not r.run_dir.is_dir()]
+    if missing:  # a submitted job whose run dir is gone
+        raise ConfigErrors([ConfigError(r.run_id, f"its run directory is missing ({r.run_dir})",
+                                        "was the run deleted? pass --runs-root if the runs live elsewhere")
+                            for r in missing])
+    records = [load_record(r.run_dir) for r in refs]
     if group:
         for rid in run_ids(runs_root):
             rec = load_record(runs_root / rid)

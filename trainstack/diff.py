@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack.display import redact
+from trainstack.secrets import redact
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.render import REDACTED
-from trainstack.resolve import CONF_DIR, Origin, is_secret_name
+from trainstack.resolve import CONF_DIR, Origin
+from trainstack.secrets import REDACTED, is_secret_name
+from trainstack.rundir import RunDir, layout
+from trainstack.rundir.targets import find_run, run_ids
 
 GROUPS = ("megatron", "sglang", "slime")
 DEFAULT_WORDS = ("default", "defaults")
@@ -92,45 +94,26 @@ def flag_dest(flag: str) -> str:
 
 
 # -- loading specs -------------------------------------------------------------------------------
-def run_ids(runs_root: Path) -> list[str]:
-    if not runs_root.is_dir():
-        return []
-    return sorted(p.name for p in runs_root.iterdir() if p.is_dir() and is_run_dir(p))
-
-
-def is_run_dir(path: Path) -> bool:
-    return (path / "config.yaml").is_file() or (path / "command.json").is_file()
-
-
 def experiments(conf_dir: Path) -> list[str]:
     return sorted(p.stem for p in (conf_dir / "experiment").glob("*.yaml"))
-
-
-def _read_json(path: Path, default: Any) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return default
 
 
 def load_run_dir(path: Path, spec: str, conf_dir: Path) -> Side:
     import yaml
 
+    rd = RunDir(path)
     try:
-        config = yaml.safe_load((path / "config.yaml").read_text(encoding="utf-8")) or {}
+        config = yaml.safe_load(rd.file(layout.CONFIG).read_text(encoding="utf-8")) or {}
     except OSError:
         config = {}
     except yaml.YAMLError as ex:
-        raise ConfigErrors([ConfigError(spec, f"{path / 'config.yaml'} is not valid YAML ({str(ex).splitlines()[0]})",
-                                        "restore the file or diff another run")]) from None
+        raise ConfigErrors([ConfigError(spec, f"{rd.file(layout.CONFIG)} is not valid YAML "
+                                        f"({str(ex).splitlines()[0]})", "restore the file or diff another run")]) from None
     config.pop("hydra", None)
-    command = _read_json(path / "command.json", {})
-    provenance = _read_json(path / "provenance.json", {})
-    choices = _read_json(path / "choices.json", {})
-    try:
-        overrides = yaml.safe_load((path / "overrides.yaml").read_text(encoding="utf-8")) or []
-    except (OSError, yaml.YAMLError):
-        overrides = []
+    command = rd.read(layout.COMMAND, {}) or {}
+    provenance = rd.read(layout.PROVENANCE, {}) or {}
+    choices = rd.read(layout.CHOICES, {}) or {}
+    overrides = rd.read(layout.OVERRIDES) or []
     origin = Origin(choices=choices, overrides=[str(o) for o in overrides], conf_dir=conf_dir)
     config = redact(config)
     sources = {}
@@ -183,14 +166,13 @@ def load_spec(spec: str, runs_root: str | Path = "runs", config_dir: str | None 
     if tokens and any("=" in t for t in tokens):
         return compose_side(tokens, spec, config_dir)
     path = Path(text).expanduser()
+    found = find_run(text, runs_root) if text else None
+    if found is not None:
+        return load_run_dir(found, spec, conf)
     if text and path.is_dir():
-        if not is_run_dir(path):
-            raise ConfigErrors([ConfigError(spec, f"{path} is a directory but not a run directory (no config.yaml "
-                                            "or command.json)", "give a run directory, a run id, an experiment name "
-                                            "or a quoted override list")])
-        return load_run_dir(path, spec, conf)
-    if text and "/" not in text and (runs_root / text).is_dir() and is_run_dir(runs_root / text):
-        return load_run_dir(runs_root / text, spec, conf)
+        raise ConfigErrors([ConfigError(spec, f"{path} is a directory but not a run directory (none of "
+                                        f"{', '.join(layout.RUN_MARKERS)})", "give a run directory, a run id, an "
+                                        "experiment name or a quoted override list")])
     if text in experiments(conf):
         return compose_side([f"experiment={text}"], spec, config_dir, label=f"experiment={text} (composed)")
     ids, exps = run_ids(runs_root), experiments(conf)

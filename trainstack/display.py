@@ -6,19 +6,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainstack.render import REDACTED, SlimeCommand
-from trainstack.resolve import ResolvedRun, is_secret_name
+from trainstack.render import SlimeCommand
+from trainstack.resolve import ResolvedRun
 
-
-def redact(tree: Any) -> Any:
-    if isinstance(tree, dict):
-        return {k: (REDACTED if is_secret_name(str(k)) and v not in (None, "", {}) and not isinstance(v, (dict, bool))
-                    else redact(v)) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [redact(v) for v in tree]
-    return tree
+if TYPE_CHECKING:
+    from trainstack.runspec import RunSpec
+from trainstack.secrets import redact
 
 
 def _flag_rows(cmd: SlimeCommand, run: ResolvedRun, group: str) -> list[tuple[str, str, str]]:
@@ -89,7 +84,7 @@ def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
     p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def print_summary(run: ResolvedRun, code: int, file=None) -> None:
+def print_summary(run: "RunSpec", code: int, file=None) -> None:
     """After a launch: where the run is, how it learned, and the commands that continue it."""
     import shlex
 
@@ -101,7 +96,7 @@ def print_summary(run: ResolvedRun, code: int, file=None) -> None:
     status = rd.status()
     _, rewards = rd.last_metrics()
     ckpt = inspect(run.args.get("save") or str(rd.checkpoints))
-    overrides = [o.lstrip("+") for o in run.origin.overrides]
+    overrides = list(run.overrides)
     rerun = shlex.join(["python", "run.py", *overrides])
     more = shlex.join(["python", "run.py", *[o for o in overrides if not o.startswith("env.num_rollout=")]])
     lines = [
@@ -114,9 +109,11 @@ def print_summary(run: ResolvedRun, code: int, file=None) -> None:
     lines.append(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet")
     import os
 
-    roots = "" if os.path.abspath("runs") == run.paths.runs_root else f" --runs-root {shlex.quote(run.paths.runs_root)}"
+    runs_root = os.path.dirname(run.run_dir)
+    roots = "" if os.path.abspath("runs") == runs_root else f" --runs-root {shlex.quote(runs_root)}"
     lines += [
         f"resume   {rerun}            # same config -> same run_id -> resumes",
+        f"exec     trainstack exec {run.run_id}{roots}   # the stored run as it was submitted",
         f"more     {more} env.num_rollout=<N>   # continue the same run for more rollouts",
         f"compare  trainstack compare {run.run_id}{roots}",
         f"diff     trainstack diff {run.run_id} --against-defaults{roots}",

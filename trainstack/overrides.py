@@ -156,7 +156,9 @@ def _selected_files(conf_dir: Path, overrides: list[str]) -> list[Path]:
     """config.yaml, the group options this command selects (or the defaults), and experiments' overrides."""
     import yaml
 
-    files = [conf_dir / "config.yaml"]
+    from trainstack.resolve import PRIMARY_CONFIG
+
+    files = [conf_dir / f"{PRIMARY_CONFIG}.yaml"]
     chosen: dict[str, list[str]] = {}
     try:
         primary = yaml.load(files[0].read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}

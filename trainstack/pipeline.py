@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.render import SlimeCommand, render
-from trainstack.resolve import CONF_DIR, Origin, ResolvedRun, resolve
+from trainstack.resolve import CONF_DIR, PRIMARY_CONFIG, Origin, ResolvedRun, resolve
 from trainstack.validate import validate
 
 
@@ -31,7 +31,7 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
     normalised = normalise_argv(list(overrides), conf)
     try:
         with initialize_config_dir(config_dir=conf, version_base="1.3", job_name="trainstack"):
-            cfg = hydra_compose(config_name="config", overrides=normalised, return_hydra_config=True)
+            cfg = hydra_compose(config_name=PRIMARY_CONFIG, overrides=normalised, return_hydra_config=True)
     except HydraException as ex:
         raise ConfigErrors([ConfigError("overrides", str(ex).splitlines()[0], "check the override syntax "
                                         "(key=value, group=option, +key=value)", value=" ".join(overrides))]) from None

@@ -17,13 +17,16 @@ from trainstack.resolve import ResolvedRun
 PREPARED_DATA_FLAGS = ("--prompt-data", "--eval-prompt-data")
 
 
-def prepare_env_data(run: ResolvedRun) -> None:
-    """Call the env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files)."""
-    target = run.meta.get("env", {}).get("prepare")
-    if not target:
+def prepare_data(hook: str | None, data_root: str) -> None:
+    """Call an env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files); idempotent."""
+    if not hook:
         return
-    module, _, fn = target.rpartition(".")
-    getattr(importlib.import_module(module), fn)(run.paths.data_root)
+    module, _, fn = hook.rpartition(".")
+    getattr(importlib.import_module(module), fn)(data_root)
+
+
+def prepare_env_data(run: ResolvedRun) -> None:
+    prepare_data(run.meta.get("env", {}).get("prepare"), run.paths.data_root)
 
 
 def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool) -> None:

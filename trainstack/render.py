@@ -14,12 +14,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trainstack import argtable as at
-from trainstack.resolve import PROJECT_ROOT, ResolvedRun, is_secret_name, wandb_run_id
-
-REDACTED = "<redacted>"
+from trainstack import secrets
+from trainstack.backends import BACKENDS
+from trainstack.resolve import PROJECT_ROOT, ResolvedRun, wandb_run_id
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
 RAY_ADDRESS = "http://127.0.0.1:8265"
-TINY_MODULE = "trainstack.tiny.train"
 
 
 @dataclass
@@ -43,12 +42,12 @@ class SlimeCommand:
 
     def redacted_env(self) -> dict[str, str]:
         """For display: secrets shown as <redacted>."""
-        return {k: (REDACTED if is_secret_name(k) else v) for k, v in self.env.items()}
+        return secrets.redacted_env(self.env)
 
     def public_env(self) -> dict[str, str]:
         """For runnable commands: secrets left out, so they come from the caller's environment
         (a `KEY=<redacted>` there would override the real one)."""
-        return {k: v for k, v in self.env.items() if not is_secret_name(k)}
+        return secrets.public_env(self.env)
 
     def ray_submit_argv(self, address: str = RAY_ADDRESS) -> list[str]:
         runtime_env = {"env_vars": self.public_env()}
@@ -158,8 +157,9 @@ def runtime_env(run: ResolvedRun) -> dict[str, str]:
 
 
 def render(run: ResolvedRun) -> SlimeCommand:
-    if run.cluster.backend == "tiny":
-        entry = [sys.executable, "-m", TINY_MODULE]
+    backend = BACKENDS[run.cluster.backend]
+    if backend.module:
+        entry = [sys.executable, "-m", backend.module]
         cwd = str(PROJECT_ROOT)
     else:
         entry = ["python3", f"{run.slime.root.rstrip('/')}/{run.entrypoint}"]

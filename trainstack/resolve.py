@@ -18,6 +18,7 @@ from typing import Any
 
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.secrets import is_secret_name, redact_override
 from trainstack.schema import (
     DEST_NAMESPACES,
     ResumeSpec,
@@ -36,6 +37,7 @@ from trainstack.schema import (
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = PROJECT_ROOT / "conf"
+PRIMARY_CONFIG = "config"  # conf/config.yaml: Hydra's config_name
 
 # Dests whose values are filesystem paths (rendered absolute: Ray workers run in a temp dir).
 PATH_DESTS = frozenset({
@@ -65,19 +67,6 @@ NON_TRAINING_DESTS = frozenset({
     # run length: raising it is "continue for N more rollouts" of the same run
     "num_rollout", "num_epoch",
 })
-
-# Names that hold credentials: slime's wandb_key, SGLang/router API keys and passwords, and the
-# usual environment variables (WANDB_API_KEY, HF_TOKEN, ...).
-_SECRET_WORDS = ("api_key", "api_keys", "password", "secret", "passwd")
-_SECRET_EXACT = frozenset({"wandb_key", "hf_token", "huggingface_token", "token", "key"})
-
-
-def is_secret_name(name: str) -> bool:
-    n = name.lower()
-    return n in _SECRET_EXACT or n.endswith(("_token", "_api_key")) and not n.endswith(
-        ("_pad_token", "_eod_token", "_prefix_token", "_middle_token", "_suffix_token", "bos_token",
-         "first_token", "per_token")) or any(w in n for w in _SECRET_WORDS)
-
 
 @lru_cache(maxsize=32)
 def _experiment_tree(path: str) -> dict:
@@ -114,9 +103,7 @@ class Origin:
             if "=" not in o:
                 continue
             key, _ = o.split("=", 1)
-            key = key.lstrip("+~")
-            shown = o.lstrip("+")
-            out[key] = f"{key}=<redacted>" if is_secret_name(key.rsplit(".", 1)[-1]) else shown
+            out[key.lstrip("+~")] = redact_override(o.lstrip("+"))
         return out
 
     def group_file(self, group: str) -> str:
@@ -470,6 +457,13 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
                 "configs, logs and command lines)", f"export {env_name}=... in the launching shell instead; "
                 "trainstack passes it through the runtime environment", value="<redacted>",
                 source=provenance[dest]))
+    for name, value in (tree.get("runtime_env") or {}).get("env_vars", {}).items():
+        if value and is_secret_name(str(name)):
+            errors.append(ConfigError(
+                f"runtime_env.env_vars.{name}", "secrets must not be put in configs (they end up in saved "
+                "configs, logs and command lines)", f"export {name}=... in the launching shell instead; trainstack "
+                "forwards it to the trainer from the environment", value="<redacted>",
+                source=origin.source_of(f"runtime_env.env_vars.{name}")))
     if errors:
         raise ConfigErrors(errors)
 

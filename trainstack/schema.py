@@ -12,7 +12,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from trainstack.backends import BACKENDS
 from trainstack.errors import ConfigError
+from trainstack.launch.registry import names as _launcher_names
+
+LAUNCHER_NAMES = _launcher_names()  # registered launchers (trainstack/launch/registry.py)
 
 GROUPS = ("model", "algo", "env", "cluster", "experiment")
 DEST_NAMESPACES = ("model", "algo", "env", "args")  # flat maps of slime dests (+ `meta`)
@@ -42,8 +46,8 @@ class ClusterSpec:
     extra: dict = field(default_factory=dict)  # launcher-specific extras (sbatch options, pod template)
 
     CHOICES = {
-        "backend": ("slime", "tiny"),
-        "launcher": ("local", "ray_job", "slurm", "lium"),
+        "backend": tuple(BACKENDS),
+        "launcher": LAUNCHER_NAMES,
         "accelerator": ("cpu", "gpu"),
     }
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from trainstack.rundir import RunDir, read_json
+from trainstack.errors import ConfigErrors
+from trainstack.rundir import RunDir, layout
+from trainstack.rundir.targets import RunRef, expand
 
 REWARD = "rollout/raw_reward"
 
@@ -42,43 +44,19 @@ class Row:
         return dict(self.__dict__)
 
 
-class TargetError(Exception):
-    pass
-
-
-def _run_row(run_dir: Path, run_id: str | None = None, overrides: Sequence[str] | None = None,
-             job_id: str | None = None, logs: dict | None = None) -> Row:
-    slurm = read_json(run_dir / "slurm.json", {}) or {}
-    if overrides is None:
-        try:
-            import yaml
-
-            overrides = yaml.safe_load((run_dir / "overrides.yaml").read_text()) or []
-        except (OSError, ValueError):
-            overrides = []
-    return Row(run_id=run_id or slurm.get("run_id") or run_dir.name, run_dir=str(run_dir),
-               overrides=[o.lstrip("+") for o in overrides], job_id=str(job_id or slurm.get("job_id") or "") or None,
-               job_name=slurm.get("job_name"), logs=dict(logs or slurm.get("logs") or {}))
+def _run_row(ref: RunRef) -> Row:
+    rd = RunDir(ref.run_dir)
+    slurm = rd.read(layout.SLURM, {}) or {}
+    overrides = ref.overrides if ref.overrides is not None else (rd.read(layout.OVERRIDES) or [])
+    return Row(run_id=ref.run_id or slurm.get("run_id") or ref.run_dir.name, run_dir=str(ref.run_dir),
+               overrides=[str(o).lstrip("+") for o in overrides],
+               job_id=str(ref.job_id or slurm.get("job_id") or "") or None,
+               job_name=slurm.get("job_name"), logs=dict(ref.logs or slurm.get("logs") or {}))
 
 
 def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
-    """Rows for sweep dirs, run dirs and run ids (in the order given)."""
-    rows: list[Row] = []
-    for t in targets:
-        p = Path(t)
-        if (p / "sweep.json").is_file():
-            manifest = read_json(p / "sweep.json", {}) or {}
-            for r in manifest.get("runs", []):
-                rows.append(_run_row(Path(r["run_dir"]), r.get("run_id"), r.get("overrides"), r.get("job_id"),
-                                     r.get("logs")))
-        elif p.is_dir() and any((p / f).exists() for f in ("status.json", "slurm.json", "config.yaml")):
-            rows.append(_run_row(p))
-        elif (Path(runs_root) / t).is_dir():
-            rows.append(_run_row(Path(runs_root) / t, t))
-        else:
-            raise TargetError(f"{t}: not a sweep directory (no sweep.json), a run directory or a run id under "
-                              f"{runs_root}/")
-    return rows
+    """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets."""
+    return [_run_row(ref) for ref in expand(targets, runs_root)]
 
 
 # ------------------------------------------------------------------------------------------
@@ -148,7 +126,7 @@ def fill(rows: list[Row]) -> list[Row]:
         r.restarts = sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1 if events else 0
         if r.job_id and r.job_id in states:
             r.scheduler, r.reason = states[r.job_id]
-        r.logs = {**r.logs, "trainer": str(rd.logs / "trainer.log")}
+        r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
     by_key: dict[str, set] = {}
     for r in rows:
         for o in r.overrides:
@@ -183,8 +161,8 @@ def render(rows: list[Row], title: str | None = None) -> None:
 def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = False) -> int:
     try:
         rows = fill(collect(targets or ["."], runs_root))
-    except TargetError as ex:
-        print(f"trainstack status: {ex}", file=sys.stderr)
+    except ConfigErrors as ex:
+        print("trainstack status: " + "\n".join(e.render() for e in ex.errors), file=sys.stderr)
         return 2
     if as_json:
         print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
@@ -197,8 +175,8 @@ def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = Fals
     """scancel by the job ids recorded in the manifest / run dirs; by job name (= run_id) otherwise."""
     try:
         rows = collect(targets, runs_root)
-    except TargetError as ex:
-        print(f"trainstack cancel: {ex}", file=sys.stderr)
+    except ConfigErrors as ex:
+        print("trainstack cancel: " + "\n".join(e.render() for e in ex.errors), file=sys.stderr)
         return 2
     ids = sorted({r.job_id for r in rows if r.job_id})
     names = sorted({r.run_id for r in rows if not r.job_id})

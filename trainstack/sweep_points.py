@@ -24,6 +24,7 @@ class PointResult:
 
 def check_points(configs: Sequence[Any]) -> list[ConfigError]:
     """Build and preflight every point; refuse points that share a run_id. Errors name the point."""
+    from trainstack.launch.registry import sweep_launcher_problem
     from trainstack.pipeline import build
     from trainstack.preflight import preflight
     from trainstack.resolve import Origin
@@ -35,6 +36,9 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
         label = " ".join(o.lstrip("+") for o in origin.overrides) or "(no overrides)"
         try:
             run, cmd = build(cfg, origin)
+            problem = sweep_launcher_problem(run.cluster.launcher, str(cfg.hydra.launcher.get("_target_", "")))
+            if problem:
+                raise ConfigErrors([problem])
             if not cfg.get("dry_run"):
                 preflight(run, cmd, launching=False)
         except ConfigErrors as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from trainstack.backends import TINY
 from trainstack.errors import ConfigError
 from trainstack.resolve import ResolvedRun, is_train_only
 
@@ -398,8 +399,7 @@ def lease_settings(ctx: Ctx) -> list[ConfigError]:
     return out
 
 
-TINY_MAX_PARAMS = 50_000_000
-TINY_ESTIMATORS = ("grpo", "gspo", "reinforce_plus_plus")
+TINY_CAPABILITIES = TINY.capabilities  # the same object the tiny trainer checks against
 
 
 @rule
@@ -413,16 +413,17 @@ def tiny_backend(ctx: Ctx) -> list[ConfigError]:
     if params is None:
         h, layers = ctx.get("hidden_size") or 0, ctx.get("num_layers") or 0
         params = 12 * layers * h * h
-    if params > TINY_MAX_PARAMS:
+    if params > TINY_CAPABILITIES.max_params:
         out.append(ConfigError("model", f"cluster={ctx.run.cluster.name} runs the tiny CPU trainer, which cannot "
                                f"train a {params / 1e9:.2f}B-parameter model", "use model=tiny, or a GPU cluster "
                                "(cluster=local_8xh100, slurm_8xh100, lium_8xh100)",
                                value=model.get("name"), source=ctx.run.origin.group_file("model")))
     est = ctx.get("advantage_estimator")
-    if est not in TINY_ESTIMATORS:
-        out.append(ctx.err("advantage_estimator", f"the tiny CPU trainer implements {', '.join(TINY_ESTIMATORS)}",
+    if est not in TINY_CAPABILITIES.estimators:
+        out.append(ctx.err("advantage_estimator",
+                           f"the tiny CPU trainer implements {', '.join(TINY_CAPABILITIES.estimators)}",
                            "pick one of those algos, or a GPU cluster"))
-    if ctx.get("loss_type") not in (None, "policy_loss"):
+    if ctx.get("loss_type") not in (None, *TINY_CAPABILITIES.loss_types):
         out.append(ctx.err("loss_type", "the tiny CPU trainer only implements the policy loss",
                            "use an RL algo (algo=grpo), or a GPU cluster"))
     return out

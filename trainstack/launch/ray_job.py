@@ -21,16 +21,14 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from trainstack.launch.local import launch_run
+from trainstack.launch.base import Launcher
 from trainstack.procgroup import stop_group
-from trainstack.render import SlimeCommand
-from trainstack.resolve import ResolvedRun
-from trainstack.rundir import RunDir
+from trainstack.rundir import RunDir, layout
+from trainstack.runspec import RunSpec
+from trainstack.secrets import FORWARDED_SECRETS
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
-# Secrets are forwarded from the launching shell to the job only if set there; never rendered.
-FORWARDED_SECRETS = ("WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
 def ray_answers(address: str, timeout: float = 2.0) -> bool:
@@ -82,21 +80,22 @@ class LocalRayHead:
 class RayJobRunner:
     """Submit, tail, stop and wait for one Ray job (same interface as the local TrainerProcess)."""
 
-    def __init__(self, address: str, run: ResolvedRun, cmd: SlimeCommand, env: dict[str, str], rundir: RunDir):
+    def __init__(self, address: str, spec: RunSpec, env: dict[str, str], rundir: RunDir):
         from ray.job_submission import JobSubmissionClient
 
+        cmd = spec.slime_command()
         self.client = JobSubmissionClient(address)
         self.signalled: int | None = None
         runtime_env_vars = dict(cmd.env)
         runtime_env_vars.update({k: env[k] for k in ("TRAINSTACK_METRICS_FILE", "TRAINSTACK_RUN_ID", "WANDB_MODE")
                                  if k in env})
         runtime_env_vars.update({k: os.environ[k] for k in FORWARDED_SECRETS if os.environ.get(k)})
-        self.submission_id = f"trainstack-{run.run_id}-{int(time.time())}"
+        self.submission_id = f"trainstack-{spec.run_id}-{int(time.time())}"
         self.client.submit_job(entrypoint=f"cd {shlex.quote(cmd.cwd)} && " + shlex.join(cmd.full_argv()),
                                submission_id=self.submission_id,
                                runtime_env={"env_vars": runtime_env_vars},
-                               metadata={"trainstack_run_id": run.run_id})
-        self._log = open(rundir.logs / "trainer.log", "ab")
+                               metadata={"trainstack_run_id": spec.run_id})
+        self._log = open(rundir.trainer_log, "ab")
         self._tail = threading.Thread(target=self._tail_logs, daemon=True)
         self._tail.start()
 
@@ -132,23 +131,33 @@ class RayJobRunner:
         return {"SUCCEEDED": 0, "STOPPED": 128 + (self.signalled or signal.SIGTERM)}.get(st, 1)
 
 
-def launch_ray_job(run: ResolvedRun, cmd: SlimeCommand) -> int:
-    address = run.cluster.ray_address or DEFAULT_ADDRESS
-    head = None
-    if not ray_answers(address):
-        if not run.cluster.start_ray_head:
-            print(f"trainstack: no Ray cluster answers at {address}; nothing was launched.\n"
-                  "  fix: start one (ray start --head ...), set cluster.ray_address, or cluster.start_ray_head=true "
-                  "to start a local head on 127.0.0.1", file=sys.stderr)
-            return 2
-        port = urlparse(address).port or 8265
-        RunDir(run.run_dir).logs.mkdir(parents=True, exist_ok=True)
-        head = LocalRayHead(port, num_cpus=max(os.cpu_count() or 1, 1),
-                            num_gpus=run.cluster.gpus_per_node if run.cluster.accelerator == "gpu" else 0,
-                            log_path=RunDir(run.run_dir).logs / "ray_head.log")
-        head.wait_ready()
-    try:
-        return launch_run(run, cmd, lambda env, rundir: RayJobRunner(address, run, cmd, env, rundir))
-    finally:
-        if head is not None:
-            head.stop()
+class RayJobLauncher(Launcher):
+    """Submit the stored command as a Ray job and follow it to the end (waits)."""
+
+    name = "ray_job"
+    waits = True
+
+    def execute(self, spec: RunSpec) -> int:
+        from trainstack.lifecycle import execute
+
+        cluster = spec.cluster
+        address = cluster.ray_address or DEFAULT_ADDRESS
+        head = None
+        if not ray_answers(address):
+            if not cluster.start_ray_head:
+                print(f"trainstack: no Ray cluster answers at {address}; nothing was launched.\n"
+                      "  fix: start one (ray start --head ...), set cluster.ray_address, or cluster.start_ray_head=true "
+                      "to start a local head on 127.0.0.1", file=sys.stderr)
+                return 2
+            port = urlparse(address).port or 8265
+            rundir = RunDir(spec.run_dir)
+            rundir.logs.mkdir(parents=True, exist_ok=True)
+            head = LocalRayHead(port, num_cpus=max(os.cpu_count() or 1, 1),
+                                num_gpus=cluster.gpus_per_node if cluster.accelerator == "gpu" else 0,
+                                log_path=rundir.logs / layout.RAY_HEAD_LOG)
+            head.wait_ready()
+        try:
+            return execute(spec, lambda env, rundir: RayJobRunner(address, spec, env, rundir))
+        finally:
+            if head is not None:
+                head.stop()

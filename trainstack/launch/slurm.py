@@ -1,15 +1,18 @@
 """SLURM: size a job from `cluster`, submit it through submitit, record it; run it inside the job.
 
 One run = one SLURM job named after its `run_id` with `--dependency=singleton`, so SLURM never
-runs two jobs of one run at once (the run's lease is the second fence). The job executes
-`PointRunner` (trainstack/launch/slurm_job.py): Ray bootstrap when the backend needs it, then
-`python run.py <the same overrides>` inside the job, which goes through `launch_run`
-(lease -> resume plan -> trainer -> events/status). Preemption/timeout: submitit calls
-`PointRunner.checkpoint`, the run is stopped with its grace period and the same call is requeued;
-the requeued job resumes the run_id from its latest complete checkpoint.
+runs two jobs of one run at once (the run's lease is the second fence). The submit host writes
+the run's spec into its run dir first; the job executes `PointRunner`
+(trainstack/launch/slurm_job.py): Ray bootstrap when the backend needs it, then
+`python -m trainstack exec RUN_DIR`, which runs the stored command under the lifecycle (lease ->
+resume plan -> trainer -> events/status) with no recomposition: editing conf/ or the code after
+submitting never changes the run. Preemption/timeout: submitit calls `PointRunner.checkpoint`,
+the run is stopped with its grace period and the same call is requeued; the requeued job
+executes the same stored spec and resumes from its latest complete checkpoint.
 
 Used by the Hydra launcher `hydra/launcher=slurm` (plugins/hydra_plugins/trainstack_slurm/) for
-sweeps and by `launch()` for a single run with `cluster.launcher: slurm`. Docs: docs/slurm.md.
+sweeps and by `SlurmLauncher.submit` for a single run with `cluster.launcher: slurm`.
+Docs: docs/slurm.md.
 """
 from __future__ import annotations
 
@@ -21,13 +24,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from trainstack.backends import BACKENDS
+from trainstack.launch.base import Launcher
 from trainstack.launch.slurm_job import Point, PointRunner
-from trainstack.render import SlimeCommand
-from trainstack.resolve import PROJECT_ROOT, ResolvedRun
-from trainstack.rundir import atomic_write, now_iso
+from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
+from trainstack.runspec import RunSpec
 from trainstack.schema import ClusterSpec
-
-IN_JOB_ENV = "TRAINSTACK_SLURM_JOB"  # set by PointRunner for the run.py it starts inside the job
 
 # Launcher settings: `hydra.launcher.<key>` for sweeps, `cluster.extra.launcher.<key>` for both.
 DEFAULTS: dict[str, Any] = {
@@ -73,9 +75,11 @@ def merge_dependency(user: str | None, singleton: bool) -> str | None:
     return ",".join(parts) or None
 
 
-def executor_params(cluster: ClusterSpec, job_name: str, settings: dict, singleton: bool = True) -> dict[str, Any]:
+def executor_params(cluster: ClusterSpec, job_name: str, settings: dict, singleton: bool = True,
+                    passthrough: dict[str, Any] | None = None) -> dict[str, Any]:
     """submitit parameters of one job: nodes, one task per node, GPUs as gres, CPUs, memory,
-    partition, account, time limit, extra sbatch options, job name, singleton dependency."""
+    partition, account, time limit, extra sbatch options, job name, singleton dependency; plus
+    `passthrough` sbatch fields (qos, constraint, exclude, gres, srun_args, ...) as they are."""
     additional = {k.replace("-", "_"): v for k, v in sbatch_extra(cluster).items()}
     dependency = merge_dependency(additional.pop("dependency", None), singleton)
     if dependency:
@@ -100,6 +104,7 @@ def executor_params(cluster: ClusterSpec, job_name: str, settings: dict, singlet
         params["slurm_account"] = cluster.account
     if settings.get("setup"):
         params["slurm_setup"] = list(settings["setup"])
+    params.update({f"slurm_{k}": v for k, v in (passthrough or {}).items() if v is not None})
     return params
 
 
@@ -120,21 +125,25 @@ def render_sbatch(params: dict[str, Any], folder: str = "/tmp/submitit/%j") -> s
     return _make_sbatch_string(command="python -u -m submitit.core._submit FOLDER", folder=folder, **kw)
 
 
-def needs_ray(run: ResolvedRun) -> bool:
-    """The tiny backend never needs Ray; slime always runs on one (one head per job)."""
-    return run.cluster.backend != "tiny"
+def make_point(spec: RunSpec, settings: dict) -> Point:
+    cluster = spec.cluster
+    return Point(run_id=spec.run_id, run_dir=spec.run_dir, overrides=list(spec.overrides), cwd=spec.provenance.cwd,
+                 needs_ray=BACKENDS[cluster.backend].needs_ray,  # slime: one Ray head per job
+                 num_nodes=int(cluster.num_nodes),
+                 gpus_per_node=int(cluster.gpus_per_node) if cluster.accelerator == "gpu" else 0,
+                 cpus_per_node=cluster.cpus_per_node or settings.get("cpus_per_task"),
+                 grace_s=float(spec.resume.grace_s), max_requeues=int(settings.get("max_requeues", 10)),
+                 ray_timeout_s=float(settings.get("ray_timeout_s", 300)), metric=settings.get("metric"))
 
 
-def make_point(run: ResolvedRun, overrides: Sequence[str], settings: dict, cwd: str | None = None,
-               config_dir: str | None = None) -> Point:
-    return Point(run_id=run.run_id, run_dir=str(Path(run.run_dir).resolve()), overrides=list(overrides),
-                 cwd=cwd or run.origin.cwd, script=str(PROJECT_ROOT / "run.py"), needs_ray=needs_ray(run),
-                 num_nodes=int(run.cluster.num_nodes),
-                 gpus_per_node=int(run.cluster.gpus_per_node) if run.cluster.accelerator == "gpu" else 0,
-                 cpus_per_node=run.cluster.cpus_per_node or settings.get("cpus_per_task"),
-                 grace_s=float(run.resume.grace_s), max_requeues=int(settings.get("max_requeues", 10)),
-                 ray_timeout_s=float(settings.get("ray_timeout_s", 300)), metric=settings.get("metric"),
-                 config_dir=config_dir)
+def store_pending(spec: RunSpec) -> None:
+    """Before submitting: refuse what the resume check would refuse in the job, then store the spec
+    the job will execute (a pending run is visible to status, compare and diff)."""
+    from trainstack.resume import plan
+
+    rundir = RunDir(spec.run_dir)
+    plan(spec, rundir)  # raises ConfigErrors (changed training config, resume policy, broken checkpoint)
+    rundir.write_spec(spec)
 
 
 def _executor(folder: str, max_num_timeout: int, throttle_s: float):
@@ -197,7 +206,10 @@ def record_job(point: Point, job, folder: str, sweep_dir: str | None) -> dict:
     rec = {"run_id": point.run_id, "run_dir": point.run_dir, "job_id": str(job.job_id),
            "job_name": point.run_id, "submitit_folder": folder, "sweep_dir": sweep_dir,
            "submitted_at": now_iso(), "logs": log_paths(job)}
-    atomic_write(Path(point.run_dir) / "slurm.json", json.dumps(rec, indent=1) + "\n")
+    rundir = RunDir(point.run_dir)
+    atomic_write(rundir.slurm_file, json.dumps(rec, indent=1) + "\n")
+    if rundir.status().get("state") in (None, "created", "finished", "failed", "interrupted", "submitted"):
+        rundir.update_status(run_id=point.run_id, state="submitted", job_id=str(job.job_id))
     return rec
 
 
@@ -206,60 +218,41 @@ def write_manifest(sweep_dir: Path, points: Sequence[Point], jobs: Sequence, job
     runs = []
     for point, job, num in zip(points, jobs, job_nums):
         rec = record_job(point, job, folder, str(sweep_dir))
-        runs.append({"run_id": point.run_id, "run_dir": point.run_dir, "overrides": list(point.overrides),
-                     "job_num": num, "job_id": str(job.job_id), "job_name": point.run_id if not settings.get("array")
-                     else None, "logs": rec["logs"]})
-    path = sweep_dir / "sweep.json"
-    previous = _read_manifest(path)  # a sweeper (Optuna) launches several batches into one sweep dir
-    if previous:
-        nums = {r["job_num"] for r in runs}
-        runs = [r for r in previous.get("runs", []) if r.get("job_num") not in nums] + runs
-        submit_s += float(previous.get("submit_s") or 0)
-    manifest = {"sweep_dir": str(sweep_dir), "created_at": (previous or {}).get("created_at") or now_iso(),
-                "scheduler": "slurm", "mode": "array" if settings.get("array") else "jobs",
-                "wait": bool(settings.get("wait")), "submitit_folder": folder, "submit_s": round(submit_s, 3),
-                "runs": runs}
-    atomic_write(path, json.dumps(manifest, indent=1) + "\n")
-    return path
+        runs.append(manifest.SweepRun(run_id=point.run_id, run_dir=point.run_dir, overrides=list(point.overrides),
+                                      job_num=num, job_id=str(job.job_id),
+                                      job_name=None if settings.get("array") else point.run_id, logs=rec["logs"]))
+    return manifest.record(sweep_dir, runs, scheduler="slurm", mode="array" if settings.get("array") else "jobs",
+                           wait=bool(settings.get("wait")), submitit_folder=folder, submit_s=submit_s)
 
 
-def _read_manifest(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+class SlurmLauncher(Launcher):
+    """Submit one SLURM job per run; the job executes the stored spec (`trainstack exec`)."""
 
+    name = "slurm"
+    waits = False
+    sweep_launcher = "slurm"
 
-# ------------------------------------------------------------------------------------------
-# `launch()` entry: a single run with cluster.launcher == "slurm"
-# ------------------------------------------------------------------------------------------
-def launch_slurm(run: ResolvedRun, cmd: SlimeCommand) -> int:
-    """Outside a job: submit this run as one SLURM job (returns at once unless launcher.wait).
-    Inside the job PointRunner started: run it here through launch_run."""
-    if os.environ.get(IN_JOB_ENV):
-        from trainstack.launch.local import launch_local
-
-        return launch_local(run, cmd)  # RAY_ADDRESS (multi-node/slime) is in our environment
-    settings = settings_for(run.cluster)
-    point = make_point(run, [o for o in run.origin.overrides], settings)
-    params = executor_params(run.cluster, run.run_id, settings)
-    folder = settings.get("submitit_folder") or str(Path(point.run_dir) / "slurm" / "%j")
-    Path(point.run_dir).mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    try:
-        job = submit_points([point], [params], folder, settings)[0]
-    except Exception as ex:  # sbatch refused (bad partition/account, no SLURM): say so, exit 2
-        print(f"trainstack: submitting {run.run_id} to SLURM failed: {ex}", file=sys.stderr)
-        return 2
-    rec = record_job(point, job, folder, None)
-    print(f"trainstack: submitted {run.run_id} as SLURM job {job.job_id} ({time.perf_counter() - t0:.2f} s); "
-          f"logs {rec['logs']['stdout']}\n  follow it: trainstack status {run.run_id}    stop it: trainstack cancel "
-          f"{run.run_id}", file=sys.stderr, flush=True)
-    if not settings.get("wait"):
-        return 0
-    try:
-        job.result()
-        return 0
-    except Exception as ex:
-        print(f"trainstack: SLURM job {job.job_id} of {run.run_id} failed: {ex}", file=sys.stderr)
-        return 1
+    def submit(self, spec: RunSpec) -> int:
+        settings = settings_for(spec.cluster)
+        store_pending(spec)
+        point = make_point(spec, settings)
+        params = executor_params(spec.cluster, spec.run_id, settings)
+        folder = settings.get("submitit_folder") or str(Path(spec.run_dir) / layout.SLURM_FOLDER / "%j")
+        t0 = time.perf_counter()
+        try:
+            job = submit_points([point], [params], folder, settings)[0]
+        except Exception as ex:  # sbatch refused (bad partition/account, no SLURM): say so, exit 2
+            print(f"trainstack: submitting {spec.run_id} to SLURM failed: {ex}", file=sys.stderr)
+            return 2
+        rec = record_job(point, job, folder, None)
+        print(f"trainstack: submitted {spec.run_id} as SLURM job {job.job_id} ({time.perf_counter() - t0:.2f} s); "
+              f"logs {rec['logs']['stdout']}\n  follow it: trainstack status {spec.run_id}    stop it: trainstack "
+              f"cancel {spec.run_id}", file=sys.stderr, flush=True)
+        if not settings.get("wait"):
+            return 0
+        try:
+            job.result()
+            return 0
+        except Exception as ex:
+            print(f"trainstack: SLURM job {job.job_id} of {spec.run_id} failed: {ex}", file=sys.stderr)
+            return 1

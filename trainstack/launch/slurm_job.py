@@ -10,9 +10,10 @@ by name (no `ray stop`, no pkill).
 The rendezvous is a directory on the shared filesystem (the run directory): rank 0 writes
 `head.json` there, the others read the address from it; `done` ends the workers.
 
-`PointRunner` is what submitit pickles for each job: it runs `python run.py <overrides>` in the
-job (a child in its own session, SIGUSR2 ignored so only submitit sees the preemption signal),
-so lease, resume, events and status of `launch_run` apply unchanged. On preemption/timeout
+`PointRunner` is what submitit pickles for each job: it runs `python -m trainstack exec RUN_DIR`
+in the job (a child in its own session, SIGUSR2 ignored so only submitit sees the preemption
+signal): the spec stored at submit time is executed under the run lifecycle, with no
+recomposition, on the first start and on every requeue. On preemption/timeout
 submitit calls `checkpoint()`: the child is asked to stop (SIGTERM; it gives the trainer
 `resume.grace_s` for a final checkpoint), and the same call is requeued; the requeued job
 resumes the run from its latest complete checkpoint. `max_requeues` caps the requeues.
@@ -252,9 +253,8 @@ class Point:
 
     run_id: str
     run_dir: str
-    overrides: list[str]
+    overrides: list[str]  # for people (status, the manifest); the job executes the stored spec
     cwd: str
-    script: str  # run.py
     needs_ray: bool = False
     num_nodes: int = 1
     gpus_per_node: int = 0
@@ -263,12 +263,10 @@ class Point:
     max_requeues: int = 10
     ray_timeout_s: float = 300.0
     metric: str | None = "rollout/raw_reward"
-    config_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
-        extra = ["--config-dir", self.config_dir] if self.config_dir else []
-        return [sys.executable, self.script, *extra, *self.overrides]
+        return [sys.executable, "-m", "trainstack", "exec", self.run_dir]
 
 
 class PointRunner:

@@ -50,7 +50,9 @@ def wandb_run_id(run_dir: Path | None, run_id: str) -> str:
     """The W&B run id trainstack gave a run: WANDB_RUN_ID from command.json, else derived from run_id."""
     if run_dir is not None:
         try:
-            env = json.loads((Path(run_dir) / "command.json").read_text()).get("env") or {}
+            from trainstack.rundir import layout
+
+            env = json.loads((Path(run_dir) / layout.COMMAND).read_text()).get("env") or {}
             if env.get("WANDB_RUN_ID"):
                 return str(env["WANDB_RUN_ID"])
         except (OSError, ValueError):

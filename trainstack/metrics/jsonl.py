@@ -5,15 +5,16 @@ import json
 from pathlib import Path
 
 from trainstack.metrics import Series, finish
+from trainstack.rundir.layout import METRICS
 
 
 def available(run_dir: Path) -> bool:
-    return (run_dir / "metrics.jsonl").is_file()
+    return (run_dir / METRICS).is_file()
 
 
 def read(run_dir: Path) -> Series:
     raw: dict[str, dict[float, float]] = {}
-    path = run_dir / "metrics.jsonl"
+    path = run_dir / METRICS
     if not path.is_file():
         return {}
     with open(path, encoding="utf-8") as f:

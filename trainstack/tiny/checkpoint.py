@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-TRACKER = "latest_checkpointed_iteration.txt"
+from trainstack.checkpoints import TINY_COMPLETE, TRACKER, iter_name
+from trainstack.checkpoints import is_complete as _is_complete
+
 RELEASE = "release"
 
 
 def iter_dir(save_dir: str, rollout_id: int | str) -> str:
-    name = RELEASE if rollout_id == RELEASE else f"iter_{int(rollout_id):07d}"
+    name = RELEASE if rollout_id == RELEASE else iter_name(int(rollout_id))
     return os.path.join(save_dir, name)
 
 
@@ -75,8 +77,7 @@ def read_tracker(save_dir: str | None) -> Optional[str]:
 
 
 def is_complete(save_dir: str, rollout_id: int | str) -> bool:
-    d = iter_dir(save_dir, rollout_id)
-    return os.path.isfile(os.path.join(d, "meta.json")) and os.path.isfile(os.path.join(d, "model.pt"))
+    return _is_complete(save_dir, RELEASE if rollout_id == RELEASE else int(rollout_id), markers=(TINY_COMPLETE,))
 
 
 def latest_complete(save_dir: str | os.PathLike) -> int | None:

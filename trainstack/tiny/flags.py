@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from trainstack.backends import TINY_CAPABILITIES as CAPABILITIES  # shared with the validator
+
 # dests whose meaning the tiny backend implements
 SUPPORTED: frozenset[str] = frozenset(
     """
@@ -59,10 +61,10 @@ def _set(v: Any, _a: Any = None) -> bool:
 
 
 REFUSALS: tuple[Refusal, ...] = (
-    Refusal("advantage_estimator", lambda v, a: v in ("ppo", "cispo"),
-            "needs a critic (ppo) or a loss (cispo) the tiny backend does not implement",
-            "use --advantage-estimator grpo, gspo, reinforce_plus_plus or reinforce_plus_plus_baseline"),
-    Refusal("loss_type", lambda v, a: v != "policy_loss", "only the policy-gradient loss is implemented",
+    Refusal("advantage_estimator", lambda v, a: v not in CAPABILITIES.estimators,
+            f"not implemented by the tiny backend (it implements {', '.join(CAPABILITIES.estimators)})",
+            f"use --advantage-estimator {' or '.join(CAPABILITIES.estimators)}"),
+    Refusal("loss_type", lambda v, a: v not in CAPABILITIES.loss_types, "only the policy-gradient loss is implemented",
             "drop --loss-type (SFT and custom losses need the real slime backend)"),
     Refusal("custom_loss_function_path", _set, "custom losses are not implemented", "drop the flag"),
     Refusal("kl_coef", lambda v, a: v not in (None, 0, 0.0), "reward-shaping KL (--kl-coef) is not implemented",

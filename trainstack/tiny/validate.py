@@ -10,12 +10,11 @@ import os
 from typing import Any, Mapping
 
 from trainstack.argtable import load_table
+from trainstack.checkpoints import TRACKER
 from trainstack.errors import ConfigError, ConfigErrors
 
 from . import flags as F
 from .cli import ParsedArgv
-
-TRACKER = "latest_checkpointed_iteration.txt"
 
 
 def _flag(dest: str) -> str:

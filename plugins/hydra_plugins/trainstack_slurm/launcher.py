@@ -1,11 +1,11 @@
 """TrainstackSlurmLauncher: hydra-submitit-launcher's SlurmLauncher, one job per sweep point.
 
 What it changes: each point is composed and validated at submit time (nothing is submitted if
-one point is invalid), sized from its own `cluster`, named after its run_id with
-`--dependency=singleton`, and runs trainstack's `PointRunner` (Ray bootstrap, `python run.py
-<overrides>` through launch_run, checkpoint -> requeue -> resume). `wait=false` writes the
-manifest and returns at once; `wait=true` keeps Hydra's blocking behaviour and returns each
-run's metric to the sweeper.
+one point is invalid), its spec stored in its run dir, sized from its own `cluster`, named after
+its run_id with `--dependency=singleton`, and runs trainstack's `PointRunner` (Ray bootstrap,
+`python -m trainstack exec RUN_DIR` on the stored spec, checkpoint -> requeue -> resume).
+`wait=false` writes the manifest and returns at once; `wait=true` keeps Hydra's blocking
+behaviour and returns each run's metric to the sweeper.
 """
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, List, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from hydra.plugins.launcher import Launcher
 from omegaconf import OmegaConf, open_dict, read_write
+
+from hydra_plugins.trainstack_slurm.config import FROM_CLUSTER, SBATCH_PASSTHROUGH
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,33 @@ SETTING_KEYS = ("wait", "array", "dry", "timeout_min", "cpus_per_task", "mem_gb"
                 "max_requeues", "ray_timeout_s", "metric", "setup", "array_parallelism", "throttle_s")
 
 
-class TrainstackSlurmLauncher(SlurmLauncher):
+class TrainstackSlurmLauncher(Launcher):
+    def __init__(self, **params: Any) -> None:
+        self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                       for k, v in params.items()}
+        self.config = None
+        self.task_function = None
+        self.hydra_context = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def _check_fields(self) -> None:
+        """Every field reaches sbatch or is refused here, naming the key that decides it."""
+        from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
+
+        errors = [ConfigError(f"hydra.launcher.{k}", f"each point's cluster decides this {where}",
+                              f"remove hydra.launcher.{k}" + (f" and set {where}" if where.startswith("cluster.") else ""),
+                              value=self.params[k])
+                  for k, where in FROM_CLUSTER.items() if self.params.get(k) is not None]
+        if errors:
+            report_and_exit(ConfigErrors(errors))
+
+    def _passthrough(self) -> dict[str, Any]:
+        return {k: self.params[k] for k in SBATCH_PASSTHROUGH if self.params.get(k) is not None}
+
     def _settings(self, cluster) -> dict[str, Any]:
         from trainstack.launch.slurm import settings_for
 
@@ -62,18 +90,25 @@ class TrainstackSlurmLauncher(SlurmLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from trainstack.errors import ConfigErrors, report_and_exit
         from trainstack.launch import slurm as ts
+        from trainstack.resume import plan
+        from trainstack.rundir import RunDir
+        from trainstack.runspec import RunSpec
 
         assert self.config is not None
         self._check_sweeper()
+        self._check_fields()
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         sweep_dir.mkdir(parents=True, exist_ok=True)
         folder = str(Path(str(self.params["submitit_folder"])).absolute())
-        points, params, errors = [], [], []
+        points, params, specs, errors = [], [], [], []
         settings: dict[str, Any] = {}
         for idx, overrides in enumerate(job_overrides):
             try:
-                run, _cmd = self._build(overrides)
+                run, cmd = self._build(overrides)
+                spec = RunSpec.from_run(run, cmd)
+                if not self.params.get("dry"):
+                    plan(spec, RunDir(spec.run_dir))  # what the job's resume check would refuse
             except ConfigErrors as err:
                 errors.extend(err.errors if hasattr(err, "errors") else [err])
                 continue
@@ -89,14 +124,17 @@ class TrainstackSlurmLauncher(SlurmLauncher):
                          "sbatch": {**self.params["additional_parameters"], **sb}}
             partial["extra"] = extra
             cluster = type(run.cluster)(**partial)
-            points.append(ts.make_point(run, list(overrides), settings, cwd=os.getcwd()))
-            params.append(ts.executor_params(cluster, run.run_id, settings))
+            specs.append(spec)
+            points.append(ts.make_point(spec, settings))
+            params.append(ts.executor_params(cluster, run.run_id, settings, passthrough=self._passthrough()))
             log.info(f"\t#{initial_job_idx + idx} : {run.run_id} : {' '.join(filter_overrides(overrides))}")
         if errors:
             report_and_exit(ConfigErrors(errors))
         t_built = time.perf_counter()
         if settings.get("dry"):
             return self._dry(sweep_dir, points, params, job_overrides, initial_job_idx, folder, t_built - t0)
+        for spec in specs:  # every point valid: store what each job will execute
+            ts.store_pending(spec)
         array_name = f"trainstack-{sweep_dir.name}"
         jobs = ts.submit_points(points, params, folder, settings, array_name=array_name)
         submit_s = time.perf_counter() - t0
@@ -123,17 +161,13 @@ class TrainstackSlurmLauncher(SlurmLauncher):
              build_s: float) -> Sequence[JobReturn]:
         """hydra.launcher.dry=true: compose, validate and size every point; write the manifest with the
         sbatch header of each job; submit nothing."""
-        import json
-
         from trainstack.launch.slurm import render_sbatch
-        from trainstack.rundir import atomic_write, now_iso
+        from trainstack.rundir import manifest
 
-        runs = [{"run_id": p.run_id, "run_dir": p.run_dir, "overrides": list(p.overrides), "job_num": initial_job_idx + i,
-                 "job_id": None, "job_name": p.run_id, "sbatch": render_sbatch(prm, folder)}
+        runs = [manifest.SweepRun(run_id=p.run_id, run_dir=p.run_dir, overrides=list(p.overrides),
+                                  job_num=initial_job_idx + i, job_name=p.run_id, sbatch=render_sbatch(prm, folder))
                 for i, (p, prm) in enumerate(zip(points, params))]
-        path = sweep_dir / "sweep.json"
-        atomic_write(path, json.dumps({"sweep_dir": str(sweep_dir), "created_at": now_iso(), "scheduler": "slurm",
-                                       "mode": "dry", "submitit_folder": folder, "runs": runs}, indent=1) + "\n")
+        path = manifest.record(sweep_dir, runs, scheduler="slurm", mode="dry", submitit_folder=folder)
         print(f"trainstack: dry: {len(points)} SLURM job(s) composed and sized in {build_s:.2f} s, nothing submitted; "
               f"sbatch headers in {path}", file=sys.stderr, flush=True)
         return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]

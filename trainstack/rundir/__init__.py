@@ -10,11 +10,12 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainstack.display import redact
-from trainstack.render import SlimeCommand
-from trainstack.resolve import ResolvedRun
+from trainstack.rundir import layout
+
+if TYPE_CHECKING:
+    from trainstack.runspec import RunSpec
 
 STATES = ("created", "running", "finished", "failed", "interrupted")
 
@@ -47,38 +48,59 @@ class RunDir:
         self.path = Path(path)
 
     # paths
-    checkpoints = property(lambda self: self.path / "checkpoints")
-    logs = property(lambda self: self.path / "logs")
-    tensorboard = property(lambda self: self.path / "tensorboard")
-    wandb = property(lambda self: self.path / "wandb")
-    events_file = property(lambda self: self.path / "events.jsonl")
-    status_file = property(lambda self: self.path / "status.json")
-    metrics_file = property(lambda self: self.path / "metrics.jsonl")
-    lease_file = property(lambda self: self.path / "lease.json")
+    checkpoints = property(lambda self: self.path / layout.CHECKPOINTS)
+    logs = property(lambda self: self.path / layout.LOGS)
+    tensorboard = property(lambda self: self.path / layout.TENSORBOARD)
+    wandb = property(lambda self: self.path / layout.WANDB)
+    events_file = property(lambda self: self.path / layout.EVENTS)
+    status_file = property(lambda self: self.path / layout.STATUS)
+    metrics_file = property(lambda self: self.path / layout.METRICS)
+    lease_file = property(lambda self: self.path / layout.LEASE)
+    spec_file = property(lambda self: self.path / layout.SPEC)
+    trainer_log = property(lambda self: self.path / layout.LOGS / layout.TRAINER_LOG)
+    slurm_file = property(lambda self: self.path / layout.SLURM)
+
+    def file(self, name: str) -> Path:
+        """A file of the layout by its constant (layout.CONFIG, ...)."""
+        return self.path / name
 
     def exists(self) -> bool:
-        return (self.path / "config.yaml").exists()
+        return layout.is_run_dir(self.path)
 
     def stored_args(self) -> dict[str, Any] | None:
-        return read_json(self.path / "args.json")
+        """The args of the spec this run dir last executed (the resume check compares with them)."""
+        return read_json(self.path / layout.ARGS)
 
-    def write_spec(self, run: ResolvedRun, cmd: SlimeCommand) -> None:
-        """What the run is: resolved config, overrides, provenance, the rendered command."""
+    def read(self, name: str, default: Any = None) -> Any:
+        """One reader for the run dir's JSON and YAML files (None/default when absent or unreadable)."""
+        path = self.path / name
+        if name.endswith((".yaml", ".yml")):
+            import yaml
+
+            try:
+                return yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError, yaml.YAMLError):
+                return default
+        return read_json(path, default)
+
+    def write_spec(self, spec: "RunSpec") -> None:
+        """What the run is: spec.json (what `exec` runs) and its views for people and diff/compare."""
         import yaml
 
         for d in (self.checkpoints, self.logs, self.tensorboard, self.wandb):
             d.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.path / "config.yaml", yaml.safe_dump(redact(run.config), sort_keys=False))
-        overrides = [o.lstrip("+") for o in run.origin.overrides]
-        atomic_write(self.path / "overrides.yaml", yaml.safe_dump(overrides))
-        atomic_write(self.path / "args.json", json.dumps(redact(run.args), indent=1, sort_keys=True, default=str) + "\n")
-        atomic_write(self.path / "provenance.json", json.dumps(run.provenance, indent=1, sort_keys=True) + "\n")
-        atomic_write(self.path / "choices.json", json.dumps(run.origin.choices, indent=1, sort_keys=True) + "\n")
-        atomic_write(self.path / "command.json", json.dumps({"run_id": run.run_id, "name": run.name, **cmd.to_json()},
-                                                            indent=2, sort_keys=True) + "\n")
-        atomic_write(self.path / "command.sh", "#!/usr/bin/env bash\n# Rendered by trainstack (secrets redacted).\n"
-                     + cmd.shell_line() + "\n")
-        os.chmod(self.path / "command.sh", 0o755)
+        cmd = spec.slime_command()
+        spec.write(self.path)
+        atomic_write(self.path / layout.CONFIG, yaml.safe_dump(spec.config, sort_keys=False))
+        atomic_write(self.path / layout.OVERRIDES, yaml.safe_dump(list(spec.overrides)))
+        atomic_write(self.path / layout.ARGS, json.dumps(spec.args, indent=1, sort_keys=True, default=str) + "\n")
+        atomic_write(self.path / layout.PROVENANCE, json.dumps(spec.arg_sources, indent=1, sort_keys=True) + "\n")
+        atomic_write(self.path / layout.CHOICES, json.dumps(spec.choices, indent=1, sort_keys=True) + "\n")
+        atomic_write(self.path / layout.COMMAND, json.dumps({"run_id": spec.run_id, "name": spec.name,
+                                                             **cmd.to_json()}, indent=2, sort_keys=True) + "\n")
+        atomic_write(self.path / layout.COMMAND_SH, "#!/usr/bin/env bash\n# Rendered by trainstack (secrets "
+                     "redacted).\n" + cmd.shell_line() + "\n")
+        os.chmod(self.path / layout.COMMAND_SH, 0o755)
 
     def event(self, event: str, **fields: Any) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -121,17 +143,3 @@ class RunDir:
             if "rollout/raw_reward" in rec.get("metrics", {}):
                 rewards.append(rec["metrics"]["rollout/raw_reward"])
         return latest, rewards
-
-
-def record_sweep_point(sweep_dir: str | Path, run_id: str, run_dir: str, overrides: list[str], job_num: int,
-                       scheduler: str = "local") -> Path:
-    """Add one point to `<sweep_dir>/sweep.json` (the manifest `trainstack compare/status` read).
-    Local sweep points run one after another in one process, so read-modify-write is safe."""
-    path = Path(sweep_dir) / "sweep.json"
-    manifest = read_json(path) or {"sweep_dir": str(Path(sweep_dir).resolve()), "created_at": now_iso(),
-                                   "scheduler": scheduler, "runs": []}
-    manifest["runs"] = [r for r in manifest["runs"] if r.get("job_num") != job_num]
-    manifest["runs"].append({"run_id": run_id, "run_dir": run_dir, "overrides": overrides, "job_num": job_num,
-                             "job_id": None})
-    atomic_write(path, json.dumps(manifest, indent=1) + "\n")
-    return path

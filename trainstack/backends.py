@@ -1,0 +1,37 @@
+"""The trainers trainstack can start, described once: entrypoint, whether they need Ray, and what
+they implement. The validator and the tiny trainer read the same objects, so they cannot drift."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend implements (checked before launch and by the trainer itself)."""
+
+    estimators: tuple[str, ...]
+    loss_types: tuple[str, ...]
+    max_params: int | None = None  # largest model it can train
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    needs_ray: bool  # the trainer joins a Ray cluster (slime: one head per job)
+    module: str | None = None  # `python -m <module>` entrypoint; None: `python3 <slime.root>/<entrypoint>`
+    capabilities: Capabilities | None = None  # None: everything slime's parser accepts
+
+
+TINY_CAPABILITIES = Capabilities(
+    estimators=("grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"),
+    loss_types=("policy_loss",),
+    max_params=50_000_000,
+)
+
+SLIME = Backend("slime", needs_ray=True)
+TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES)
+BACKENDS: dict[str, Backend] = {b.name: b for b in (SLIME, TINY)}
+
+
+def backend(name: str) -> Backend:
+    return BACKENDS[name]

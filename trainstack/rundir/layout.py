@@ -1,0 +1,63 @@
+"""Every name in a run directory and a sweep directory, and nothing else.
+
+This is the only module that spells these file names (a test greps the package for them).
+Format of each file: docs/run_dir.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+# What the run is (written once by the submit host, before anything runs; read by `exec`).
+SPEC = "spec.json"
+# Views of the spec for people and older readers (diff, compare): same facts, written with it.
+CONFIG = "config.yaml"
+OVERRIDES = "overrides.yaml"
+ARGS = "args.json"
+PROVENANCE = "provenance.json"
+CHOICES = "choices.json"
+COMMAND = "command.json"
+COMMAND_SH = "command.sh"
+# What happened and where it stands.
+EVENTS = "events.jsonl"
+STATUS = "status.json"
+METRICS = "metrics.jsonl"
+LEASE = "lease.json"
+SLURM = "slurm.json"  # the scheduler's record of a submitted run
+# Directories.
+CHECKPOINTS = "checkpoints"
+LOGS = "logs"
+TENSORBOARD = "tensorboard"
+WANDB = "wandb"
+TRAINER_LOG = "trainer.log"  # under logs/
+RAY_HEAD_LOG = "ray_head.log"  # under logs/
+SLURM_FOLDER = "slurm"  # submitit's folder of a single submitted run: slurm/%j
+RAY_RENDEZVOUS = "ray"  # multi-node Ray rendezvous: ray/<job id>/
+# slime's checkpoint tracker in --save (Megatron's name), read by slime, the tiny trainer and us.
+TRACKER = "latest_checkpointed_iteration.txt"
+# Sweep directory.
+SWEEP_MANIFEST = "sweep.json"
+SWEEP_LOCK = ".sweep.json.lock"  # two sweeps writing into one sweep dir take turns
+# Files whose presence makes a directory a run directory (any of them: a pending run has a spec).
+RUN_MARKERS = (SPEC, STATUS, SLURM, CONFIG)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    p = Path(path)
+    return p.is_dir() and any((p / name).exists() for name in RUN_MARKERS)
+
+
+def is_sweep_dir(path: str | Path) -> bool:
+    return (Path(path) / SWEEP_MANIFEST).is_file()
+
+
+def run_dir_of(runs_root: str | Path, run_id: str) -> Path:
+    return Path(runs_root) / run_id
+
+
+def checkpoints_of(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def iter_name(rollout_id: int) -> str:
+    """A checkpoint directory under --save: iter_0000042 (Megatron's layout)."""
+    return f"iter_{rollout_id:07d}"

@@ -1,0 +1,172 @@
+"""A run as a portable spec: resolved once on the submit host, executed as stored everywhere.
+
+The spec (`spec.json` in the run dir) holds everything a machine needs to execute the run with no
+recomposition: the rendered command (entrypoint, argv groups, env without secrets, cwd), the
+resolved args (for the resume check), the resume, cluster and data settings, the config tree,
+choices and overrides (for diff/compare/status), and where it was made (trainstack version, git
+SHA and dirty flag, slime commit of the argument table, host, time). Editing `conf/` or the code
+after submitting never changes a submitted run. Secrets never enter it: they come from the
+executing machine's environment.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trainstack import secrets
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.rundir import layout
+from trainstack.schema import ClusterSpec, ResumeSpec
+
+if TYPE_CHECKING:
+    from trainstack.render import SlimeCommand
+    from trainstack.resolve import ResolvedRun
+
+# Bump when a field changes meaning or a required field is added; `exec` refuses newer specs.
+SPEC_VERSION = 1
+# Oldest spec this trainstack executes.
+MIN_SPEC_VERSION = 1
+
+
+@dataclass
+class Provenance:
+    """Where and from what a spec was made."""
+
+    trainstack_version: str
+    git_sha: str | None
+    git_dirty: bool | None
+    slime_commit: str
+    host: str
+    created_at: str
+    cwd: str
+
+
+@dataclass
+class RunSpec:
+    """Everything needed to execute one run, with no access to the config tree that made it."""
+
+    run_id: str
+    name: str
+    run_dir: str
+    launcher: str
+    command: dict[str, Any]  # SlimeCommand fields; env without secrets
+    args: dict[str, Any]  # resolved slime dests (secrets redacted): the resume check compares these
+    arg_sources: dict[str, str]  # dest -> where its value came from
+    resume: ResumeSpec
+    cluster: ClusterSpec
+    data_prepare: str | None  # env meta.prepare hook (dotted path), called with data_root before starting
+    data_root: str
+    config: dict[str, Any]  # the resolved config tree (secrets redacted)
+    choices: dict[str, Any]
+    overrides: list[str]  # as typed (secret values redacted)
+    provenance: Provenance
+    spec_version: int = SPEC_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)  # launcher facts (e.g. a SLURM job) added later
+
+    # --- made from a resolved run ---------------------------------------------------------
+    @classmethod
+    def from_run(cls, run: "ResolvedRun", cmd: "SlimeCommand") -> "RunSpec":
+        command = dataclasses.asdict(cmd)
+        command["env"] = secrets.public_env(cmd.env)
+        return cls(run_id=run.run_id, name=run.name, run_dir=str(Path(run.run_dir).resolve()),
+                   launcher=run.cluster.launcher, command=command, args=secrets.redact(run.args),
+                   arg_sources=dict(run.provenance), resume=run.resume, cluster=run.cluster,
+                   data_prepare=run.meta.get("env", {}).get("prepare"), data_root=run.paths.data_root,
+                   config=secrets.redact(run.config), choices=dict(run.origin.choices),
+                   overrides=[secrets.redact_override(o.lstrip("+")) for o in run.origin.overrides],
+                   provenance=make_provenance(cmd.meta.get("slime_commit", ""), run.origin.cwd))
+
+    # --- what the lifecycle reads ---------------------------------------------------------
+    def slime_command(self) -> "SlimeCommand":
+        from trainstack.render import SlimeCommand
+
+        known = {f.name for f in dataclasses.fields(SlimeCommand)}
+        return SlimeCommand(**{k: v for k, v in self.command.items() if k in known})
+
+    # --- storage --------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "RunSpec":
+        """Refuse, naming the file and the fix, anything this version cannot execute as stored."""
+        if not isinstance(data, dict) or "spec_version" not in data:
+            raise _unreadable(where, "it is not a trainstack run spec (no spec_version)",
+                              "relaunch the run from its config (python run.py ... run_id=<id>)")
+        version = data["spec_version"]
+        if not isinstance(version, int) or version > SPEC_VERSION:
+            raise _unreadable(where, f"it was written by a newer trainstack (spec version {version}; this trainstack "
+                              f"{_version()} executes versions {MIN_SPEC_VERSION}..{SPEC_VERSION})",
+                              "upgrade trainstack on this machine to the version that submitted the run "
+                              f"({data.get('provenance', {}).get('trainstack_version', '?')})")
+        if version < MIN_SPEC_VERSION:
+            raise _unreadable(where, f"spec version {version} is older than this trainstack executes "
+                              f"({MIN_SPEC_VERSION}..{SPEC_VERSION})", "relaunch the run from its config")
+        try:
+            fields = {f.name for f in dataclasses.fields(cls)}
+            values = {k: v for k, v in data.items() if k in fields}
+            values["resume"] = ResumeSpec(**values["resume"])
+            values["cluster"] = ClusterSpec(**values["cluster"])
+            values["provenance"] = Provenance(**values["provenance"])
+            return cls(**values)
+        except (KeyError, TypeError) as ex:
+            raise _unreadable(where, f"a field is missing or malformed ({ex})",
+                              "restore the file from a copy, or relaunch the run from its config") from None
+
+    def write(self, run_dir: str | Path | None = None) -> Path:
+        from trainstack.rundir import atomic_write
+
+        path = Path(run_dir or self.run_dir) / layout.SPEC
+        atomic_write(path, json.dumps(self.to_json(), indent=1, sort_keys=True, default=str) + "\n")
+        return path
+
+
+def load(run_dir: str | Path) -> RunSpec:
+    path = Path(run_dir) / layout.SPEC
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _unreadable(str(path), "there is no stored spec in this run directory (it was made by an older "
+                          "trainstack, or never submitted)", "relaunch it from its config: python run.py ... "
+                          f"run_id={Path(run_dir).name}") from None
+    except (OSError, ValueError) as ex:
+        raise _unreadable(str(path), f"it cannot be read ({ex})", "restore the file, or relaunch from the config") \
+            from None
+    return RunSpec.from_json(data, str(path))
+
+
+def _unreadable(where: str, problem: str, fix: str) -> ConfigErrors:
+    return ConfigErrors([ConfigError("run spec", problem, fix, source=where)])
+
+
+def _version() -> str:
+    from trainstack import __version__
+
+    return __version__
+
+
+def _git(cwd: Path, *argv: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *argv], cwd=cwd, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def make_provenance(slime_commit: str, cwd: str) -> Provenance:
+    """The checkout trainstack runs from (a pip-installed trainstack has no git: None)."""
+    package = Path(__file__).resolve().parent
+    top = _git(package, "rev-parse", "--show-toplevel")
+    in_checkout = top is not None and Path(top).resolve() == package.parent
+    sha = _git(package, "rev-parse", "HEAD") if in_checkout else None
+    dirty = None if sha is None else bool(_git(package, "status", "--porcelain", "--untracked-files=no"))
+    return Provenance(trainstack_version=_version(), git_sha=sha, git_dirty=dirty, slime_commit=slime_commit,
+                      host=socket.gethostname(),
+                      created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), cwd=cwd)
+
