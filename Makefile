@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast bench bench-slurm golden install
+.PHONY: run test test-fast lint bench bench-slurm golden install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) run.py
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q
+
+# ruff (lint) and mypy over trainstack/ and plugins/ (settings in pyproject.toml); part of `make test`.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/mypy
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"

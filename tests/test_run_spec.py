@@ -43,22 +43,23 @@ def copy_project(dest: Path) -> Path:
                            check=True).stdout.splitlines()
     for rel in files:
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("tests/", "benchmarks/", "docs/", "scripts/oracle")):
+        if (src.is_file() or src.is_symlink()) and not rel.startswith(("tests/", "benchmarks/", "scripts/oracle")):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+            shutil.copy2(src, dest / rel, follow_symlinks=False)  # trainstack/conf stays a link to conf/
     return dest
 
 
 def edit_conf_and_code(project: Path) -> None:
-    """A conf value and a line of code that would both change the argv if the run were recomposed."""
-    tiny = project / "conf" / "model" / "tiny.yaml"
-    text = tiny.read_text()
-    assert re.search(r"^lr: ", text, re.M), text
-    tiny.write_text(re.sub(r"^lr: .*$", "lr: 0.0123", text, flags=re.M))
+    """A conf value and a line of code that would both change the argv (and the run_id) if the run
+    were recomposed."""
+    env_file = project / "conf" / "env" / "arithmetic.yaml"
+    text = env_file.read_text()
+    assert re.search(r"^entropy_coef: ", text, re.M), text
+    env_file.write_text(re.sub(r"^entropy_coef: .*$", "entropy_coef: 0.0123", text, flags=re.M))
     resolve = project / "trainstack" / "resolve.py"
     code = resolve.read_text()
-    assert "DEFAULT_SAVE_INTERVAL = 20\n" in code
-    resolve.write_text(code.replace("SAVES_PER_RUN = 10\n", "SAVES_PER_RUN = 3\n"))
+    assert "    if tracking.tensorboard:\n" in code
+    resolve.write_text(code.replace("    if tracking.tensorboard:\n", "    if not tracking.tensorboard:\n"))
 
 
 # -------------------------------------------------------------------------------------------------

@@ -18,6 +18,23 @@ def prepare_argv() -> None:
         report_and_exit(err)
 
 
+def main() -> Any:
+    """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
+    --config-dir), then run_app builds, checks and launches."""
+    import hydra
+
+    from trainstack.resolve import PRIMARY_CONFIG
+
+    prepare_argv()
+    try:
+        return hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)()
+    except BrokenPipeError:  # `python run.py --help | head`: the reader left
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return None
+
+
 def run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

@@ -1,4 +1,4 @@
-"""`trainstack` console commands (the run itself is `python run.py ...`)."""
+"""`trainstack` console commands (`trainstack run ...` is `python run.py ...`)."""
 from __future__ import annotations
 
 import argparse
@@ -175,6 +175,8 @@ def cmd_exec(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="compose, validate and launch a run: the same as `python run.py ...` "
+                   "(Hydra overrides, -m for sweeps, --help for its own help)", add_help=False)
     p = sub.add_parser("render", help="print the rendered slime command as JSON (or shell/lines)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for run.py")
     p.add_argument("--output", "-o", help="write to this file instead of stdout")
@@ -197,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
+        from trainstack.app import main as run_main
+
+        sys.argv = [f"{parser.prog} run", *argv[1:]]
+        run_main()
+        return 0
     if argv[:1] == ["args"] and "--" not in argv:  # `trainstack args --rollout-batch-size`: a slime flag
         ours = ("--search", "-s", "--json", "--help", "-h")
         slime_flags = [a for i, a in enumerate(argv[1:], 1) if a.startswith("--") and a.split("=")[0] not in ours

@@ -122,7 +122,7 @@ def _int(x: float) -> int | float:
 def build_table(records: list[RunRecord], metrics: list[str], sort: str | None = None,
                 desc: bool = False) -> dict[str, Any]:
     keys = varying_keys(records)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r in records:
         flat = flatten(r.config)
         rows.append({"run_id": r.run_id, "config": {k: flat.get(k) for k in keys}, "status": r.state,

@@ -208,7 +208,7 @@ def diff_sides(a: Side, b: Side) -> dict[str, Any]:
     argv: dict[str, Any] = {}
     for g in GROUPS:
         ga, gb = argv_flags(a.groups.get(g, [])), argv_flags(b.groups.get(g, []))
-        d = {"changed": [], "added": [], "removed": []}
+        d: dict[str, list] = {"changed": [], "added": [], "removed": []}
         for flag in list(dict.fromkeys([*ga, *gb])):
             dest = flag_dest(flag)
             if flag in ga and flag in gb:

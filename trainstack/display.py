@@ -66,10 +66,27 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
     lines.append(_rule("runtime env", st))
     lines += [f"  {st(k, '32')}={v}" for k, v in sorted(cmd.redacted_env().items())]
     lines += [st("warning: ", "33") + w for w in run.warnings]
+    lines += [st("note: ", "33") + n for n in checkout_notes(run)]
     lines.append(_rule("command", st))
     lines.append(cmd.shell_line())  # one line, never wrapped: copy-pastable
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def checkout_notes(run: ResolvedRun) -> list[str]:
+    """Where slime.root resolved (relative roots are taken from the launch directory) and whether
+    the checkout is there: a dry run names what a launch on this machine would miss."""
+    if run.cluster.backend != "slime":
+        return []
+    entry = Path(run.slime.root) / run.entrypoint
+    notes = [f"slime.root resolves to {run.slime.root} (relative roots are taken from the directory you launch in)"]
+    if not entry.is_file():
+        notes.append(f"{entry} does not exist on this machine: a launch here would fail. fix: `git submodule update "
+                     "--init slime` in the trainstack checkout and launch from there, or set slime.root=/path/to/slime "
+                     "(the machine that runs the job needs it, not this one)")
+    if run.slime.megatron_root and not Path(run.slime.megatron_root).is_dir():
+        notes.append(f"slime.megatron_root {run.slime.megatron_root} does not exist on this machine")
+    return notes
 
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:

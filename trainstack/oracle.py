@@ -70,7 +70,8 @@ def judge(overrides: Sequence[str]) -> Judgement:
     except ConfigErrors as err:
         return Judgement(list(overrides), False, ["resolve"], sorted({e.key for e in err.errors}))
     ctx = Ctx(run)
-    rules, keys = [], set()
+    rules: list[str] = []
+    keys: set[str] = set()
     for rule in RULES:
         errs = rule(ctx)
         if errs:

@@ -35,8 +35,10 @@ from trainstack.schema import (
     unknown_key_error,
 )
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = PROJECT_ROOT / "conf"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # a checkout, or site-packages when pip-installed
+# The config tree ships inside the package (trainstack/conf: a link to conf/ in a checkout, package
+# data in a wheel), so `trainstack run` works from any directory.
+CONF_DIR = (Path(__file__).resolve().parent / "conf").resolve()
 PRIMARY_CONFIG = "config"  # conf/config.yaml: Hydra's config_name
 
 # Dests whose values are filesystem paths (rendered absolute: Ray workers run in a temp dir).
@@ -380,7 +382,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     table = at.load_table()
     errors: list[ConfigError] = []
     try:
-        tree = OmegaConf.to_container(cfg, resolve=True)
+        tree: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     except OmegaConfBaseException as ex:  # a broken ${...}: name the key, never a traceback
         key = getattr(ex, "full_key", "") or "config"
         raise ConfigErrors([ConfigError(str(key), f"cannot resolve: {getattr(ex, 'msg', ex)}",

@@ -7,12 +7,22 @@ what slime will load is complete and belongs to the same training config.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from trainstack.checkpoints import CheckpointState, inspect
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES, ResolvedRun
+from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES
 from trainstack.rundir import RunDir
+from trainstack.schema import ResumeSpec
+
+
+class PlannedRun(Protocol):
+    """What the plan reads: a stored RunSpec, or a ResolvedRun before its spec is written."""
+
+    run_id: str
+    run_dir: str
+    args: dict[str, Any]
+    resume: ResumeSpec
 
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 
@@ -44,7 +54,7 @@ def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str,
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def plan(run: ResolvedRun, rundir: RunDir) -> ResumePlan:
+def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
     save = run.args.get("save") or str(rundir.checkpoints)
     state = inspect(save)
     mode = run.resume.mode
@@ -77,6 +87,7 @@ def plan(run: ResolvedRun, rundir: RunDir) -> ResumePlan:
             "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
     if not state.resumable:
         return ResumePlan(FRESH, state, 0, num_rollout)
+    assert state.latest_complete is not None  # resumable
     start = state.latest_complete + 1
     if isinstance(num_rollout, int) and num_rollout <= start:
         return ResumePlan(FINISHED, state, start, num_rollout, changes)

@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from trainstack.errors import ConfigErrors
@@ -122,7 +121,7 @@ def fill(rows: list[Row]) -> list[Row]:
             if ck.latest_complete is not None:
                 r.last_checkpoint = ck.latest_complete
         events = rd.events()
-        r.resumed_from = [e.get("from_rollout") for e in events if e.get("event") == "resume"]
+        r.resumed_from = [int(e["from_rollout"]) for e in events if e.get("event") == "resume" and e.get("from_rollout") is not None]
         r.restarts = sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1 if events else 0
         if r.job_id and r.job_id in states:
             r.scheduler, r.reason = states[r.job_id]

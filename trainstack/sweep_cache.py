@@ -50,7 +50,7 @@ class SweepConfigCache:
         from omegaconf import OmegaConf, open_dict
 
         parsed = self.parser.parse_overrides(list(sweep_overrides))
-        structural = tuple(o.input_line for o in parsed if self._structural(o))
+        structural = tuple(str(o.input_line) for o in parsed if self._structural(o))
         values = [o for o in parsed if not self._structural(o)]
         base = self._bases.get(structural)
         if base is None:

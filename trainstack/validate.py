@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from trainstack.backends import TINY
+from trainstack.backends import TINY_CAPABILITIES as TINY_CAPS
 from trainstack.errors import ConfigError
 from trainstack.resolve import ResolvedRun, is_train_only
 
@@ -399,7 +399,7 @@ def lease_settings(ctx: Ctx) -> list[ConfigError]:
     return out
 
 
-TINY_CAPABILITIES = TINY.capabilities  # the same object the tiny trainer checks against
+TINY_CAPABILITIES = TINY_CAPS  # the same object the tiny trainer checks against
 
 
 @rule
@@ -413,7 +413,7 @@ def tiny_backend(ctx: Ctx) -> list[ConfigError]:
     if params is None:
         h, layers = ctx.get("hidden_size") or 0, ctx.get("num_layers") or 0
         params = 12 * layers * h * h
-    if params > TINY_CAPABILITIES.max_params:
+    if TINY_CAPABILITIES.max_params is not None and params > TINY_CAPABILITIES.max_params:
         out.append(ConfigError("model", f"cluster={ctx.run.cluster.name} runs the tiny CPU trainer, which cannot "
                                f"train a {params / 1e9:.2f}B-parameter model", "use model=tiny, or a GPU cluster "
                                "(cluster=local_8xh100, slurm_8xh100, lium_8xh100)",

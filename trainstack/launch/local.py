@@ -64,6 +64,7 @@ class TrainerProcess:
         self._pump.start()
 
     def _tee(self) -> None:
+        assert self.proc.stdout is not None
         for line in iter(self.proc.stdout.readline, b""):
             for sink in (sys.stdout.buffer, self._log):
                 sink.write(line)

@@ -17,7 +17,6 @@ Docs: docs/slurm.md.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -173,11 +172,11 @@ def submit_points(points: Sequence[Point], params: Sequence[dict], folder: str, 
     executor = _executor(folder, settings.get("max_num_timeout", 3), settings.get("throttle_s", 0.02))
     runner = PointRunner()
     if not settings.get("array") or len(points) == 1:
-        jobs = []
+        one_each = []
         for point, p in zip(points, params):
             executor.update_parameters(**p)
-            jobs.append(executor.submit(runner, point))
-        return jobs
+            one_each.append(executor.submit(runner, point))
+        return one_each
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(params):
         groups.setdefault(_shape(p), []).append(i)

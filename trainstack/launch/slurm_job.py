@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import socket
@@ -104,6 +105,7 @@ class RayNode:
 
     def __init__(self, argv: list[str], log_path: Path, env: dict[str, str]):
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.argv = list(argv)
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=_ignore_usr2)
@@ -162,7 +164,7 @@ def wait_for_nodes(address: str, expected: dict[int, str], num_gpus_total: int, 
     import ray
 
     deadline = time.monotonic() + timeout_s
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False)
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR, configure_logging=False)
     try:
         while True:
             nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -204,7 +206,7 @@ def bootstrap_ray(task: TaskEnv, rendezvous: Path, num_cpus: int, gpus_per_node:
         for stale in (head_file, rendezvous / "done"):
             stale.unlink(missing_ok=True)
         head = start_node(task, rendezvous, num_cpus, gpus_per_node, None)
-        address = f"{node_ip(task)}:{_gcs_port(head.proc.args)}"
+        address = f"{node_ip(task)}:{_gcs_port(head.argv)}"
         head_file.write_text(json.dumps({"address": address, "job_id": task.job_id, "host": task.hostname}))
         if task.single_host or len(task.hostnames) < nranks:
             expected = {r: task.hostnames[0] if task.hostnames else task.hostname for r in range(nranks)}
@@ -219,16 +221,16 @@ def bootstrap_ray(task: TaskEnv, rendezvous: Path, num_cpus: int, gpus_per_node:
               file=sys.stderr, flush=True)
         return RayCluster(address, head, rendezvous)
     deadline = time.monotonic() + timeout_s
-    address = None
+    joined: str | None = None
     while time.monotonic() < deadline:  # a head.json from this job's rank 0
         info = _read_json(head_file)
         if info and info.get("job_id") == task.job_id:
-            address = info["address"]
+            joined = str(info["address"])
             break
         time.sleep(0.5)
-    if address is None:
+    if joined is None:
         raise RuntimeError(f"rank {task.rank}: no Ray head address in {head_file} after {timeout_s:.0f} s")
-    node = start_node(task, rendezvous, num_cpus, gpus_per_node, address)
+    node = start_node(task, rendezvous, num_cpus, gpus_per_node, joined)
     try:
         while node.alive() and not (rendezvous / "done").exists():
             time.sleep(0.5)

@@ -75,7 +75,7 @@ def read_run(path: Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {"run_id": None, "group": None, "project": None, "config": {}, "history": []}
     for payload in records(path):
-        rec = pb.Record()
+        rec = pb.Record()  # type: ignore[attr-defined]  # generated protobuf class
         try:
             rec.ParseFromString(payload)
         except Exception:  # noqa: BLE001 - a damaged record

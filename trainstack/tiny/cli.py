@@ -17,7 +17,6 @@ from typing import Any
 from trainstack.argtable import TABLE_PATH, ArgSpec, did_you_mean, load_table
 from trainstack.errors import ConfigError, ConfigErrors
 
-from . import flags as F
 
 
 @dataclass
@@ -60,7 +59,7 @@ def _converter(value_kind: str):
                 return json.loads(text)
         except (ValueError, json.JSONDecodeError):
             kind = {"int": "an integer", "float": "a number", "json": "a JSON value"}.get(value_kind, value_kind)
-            raise argparse.ArgumentTypeError(f"expects {kind}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expects {kind}, got {text!r}") from None
         return text
 
     conv.__name__ = value_kind
@@ -132,7 +131,7 @@ def parse_argv(argv: list[str]) -> ParsedArgv:
     except _ParseFailure as e:
         msg = str(e)
         raise ConfigErrors([ConfigError("argv", msg, fix="check the flag's value (see docs/tiny_trainer.md)",
-                                        source="command line")])
+                                        source="command line")]) from None
     after_unknown = False
     for tok in extras:
         if tok.startswith("-") and len(tok) > 1 and not _looks_number(tok):

@@ -60,7 +60,7 @@ class DataSource:
         return len(self.base) if self.base is not None else 0
 
     def _shuffle(self, epoch_id: int) -> None:
-        self.order = list(range(len(self.base)))
+        self.order = list(range(len(self)))
         if self.args.rollout_shuffle:
             random.Random(self.args.seed + epoch_id).shuffle(self.order)
 
@@ -101,7 +101,6 @@ class DataSource:
     def save(self, ckpt_dir: str, rollout_id: int) -> None:
         if self.base is None:  # slime: nothing to save without the global dataset
             return
-        import torch
 
         from .checkpoint import atomic_torch_save
 

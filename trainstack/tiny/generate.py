@@ -60,9 +60,9 @@ def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature:
     for plen, idxs in by_len.items():
         budget = max(0, min(max_new_tokens, max_pos - plen))
         ids = torch.tensor([prompts[i] for i in idxs], dtype=torch.long).reshape(len(idxs), plen)
-        outs = [[] for _ in idxs]
-        lps = [[] for _ in idxs]
-        done = [None] * len(idxs)
+        outs: list[list[int]] = [[] for _ in idxs]
+        lps: list[list[float]] = [[] for _ in idxs]
+        done: list[str | None] = [None] * len(idxs)
         for _ in range(budget):
             logits = model(ids)[:, -1, :].float()
             if temperature <= 0:

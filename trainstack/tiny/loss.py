@@ -80,7 +80,6 @@ def advantages(args, samples: list[Sample], rewards: list[float], b: Batch) -> t
         adv = centred.reshape(-1)[:, None] * b.mask
     elif est == "reinforce_plus_plus":
         gamma = float(args.gamma if args.gamma is not None else 1.0)
-        R = b.mask.shape[1]
         adv = torch.zeros_like(b.mask)
         for i, length in enumerate(b.resp_lens):
             k = torch.arange(length, dtype=torch.float32)

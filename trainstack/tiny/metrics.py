@@ -49,10 +49,12 @@ class Metrics:
         resume = os.environ.get("WANDB_RESUME") or ("allow" if run_id else None)
         if a.wandb_key and mode == "online":
             wandb.login(key=a.wandb_key, host=a.wandb_host)
-        name = a.wandb_group if not a.wandb_random_suffix else f"{a.wandb_group}_{run_id or wandb.util.generate_id()}"
+        name = a.wandb_group if not a.wandb_random_suffix else \
+            f"{a.wandb_group}_{run_id or wandb.util.generate_id()}"  # type: ignore[attr-defined]
         config = {k: v for k, v in vars(a).items() if isinstance(v, (int, float, str, bool, type(None), list, dict))}
         self.wandb_run = wandb.init(project=a.wandb_project, entity=a.wandb_team, group=a.wandb_group, name=name,
-                                    id=run_id, resume=resume, dir=a.wandb_dir, mode=mode, config=config,
+                                    id=run_id, resume=resume, dir=a.wandb_dir, mode=mode,  # type: ignore[arg-type]
+                                    config=config,
                                     settings=wandb.Settings(console="off", x_disable_stats=True))
         for key in ("train", "rollout", "eval", "perf"):
             self.wandb_run.define_metric(f"{key}/step")

@@ -18,7 +18,7 @@ def load_function(path: str, flag: str) -> Callable:
         return getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise ConfigErrors([ConfigError(flag, f"cannot import {path!r}: {e}", value=path, source="command line",
-                                        fix="use a dotted path module.function importable on PYTHONPATH")])
+                                        fix="use a dotted path module.function importable on PYTHONPATH")]) from None
 
 
 def accepts(fn: Callable, name: str) -> bool:

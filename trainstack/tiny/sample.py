@@ -77,6 +77,8 @@ class Sample:
             if key is None:
                 raise ValueError("dict reward needs --reward-key")
             return float(r[key])
+        if r is None:
+            raise ValueError("sample has no reward")
         return float(r)
 
     def to_dict(self) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Callable
+from typing import Any, Callable
 
 from .generate import sample
 from .tokenizer import CharTokenizer
@@ -22,7 +22,7 @@ class TinySGLangServer:
         self.model_getter = model_getter
         self.tok = tokenizer or CharTokenizer()
         self.lock = threading.Lock()
-        self.generator = None  # set by the trainer before each rollout / eval
+        self.generator: Any = None  # a torch.Generator, set by the trainer before each rollout / eval
         self.requests = 0
         self._httpd: HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -41,7 +41,7 @@ class TinySGLangServer:
                          stop=sp.get("stop") if isinstance(sp.get("stop"), list) else
                          ([sp["stop"]] if sp.get("stop") else None), tokenizer=self.tok)[0]
         text = self.tok.decode(gen.output_ids, skip_special_tokens=sp.get("skip_special_tokens", True))
-        meta = {"finish_reason": {"type": gen.finish_reason}, "completion_tokens": len(gen.output_ids),
+        meta: dict[str, Any] = {"finish_reason": {"type": gen.finish_reason}, "completion_tokens": len(gen.output_ids),
                 "prompt_tokens": len(ids)}
         if gen.finish_reason == "stop" and gen.output_ids and gen.output_ids[-1] == self.tok.eos_token_id:
             meta["finish_reason"]["matched"] = self.tok.eos_token_id

@@ -8,6 +8,8 @@ interrupted run resumed with ``--load`` ends bit-identical to an uninterrupted o
 """
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import random
 import signal
@@ -24,10 +26,10 @@ def _say(msg: str) -> None:
 
 @dataclass
 class Policy:
-    model: object
-    ref: object | None
-    optimizer: object
-    scheduler: object
+    model: Any  # torch modules and optimizers: imported lazily, so typed loosely here
+    ref: Any
+    optimizer: Any
+    scheduler: Any
     start_rollout_id: int
 
 
@@ -38,7 +40,7 @@ def _load_weights(model, path: str, step, flag: str) -> None:
         _, st = load_checkpoint(path, step, load_optim=False, load_rng=False)
     except FileNotFoundError as e:
         raise ConfigErrors([ConfigError(flag, f"cannot load initial weights: {e}", value=path, source="command line",
-                                        fix="create them with `python -m trainstack.tiny.init_model --save DIR ...`")])
+                                        fix="create them with `python -m trainstack.tiny.init_model --save DIR ...`")]) from None
     want = model.config.arch()
     if st.meta.get("arch") != want:
         raise ConfigErrors([ConfigError(flag, "checkpoint architecture differs from the model flags", value=path,
@@ -47,7 +49,6 @@ def _load_weights(model, path: str, step, flag: str) -> None:
 
 
 def build_policy(args, train_iters: int) -> Policy:
-    import torch
 
     from .checkpoint import load_checkpoint, restore_rng
     from .model import ModelConfig, build_model
@@ -66,7 +67,7 @@ def build_policy(args, train_iters: int) -> Policy:
                                          load_rng=not args.no_load_rng)
         except FileNotFoundError as e:
             raise ConfigErrors([ConfigError("--load", f"cannot resume: {e}", value=args.load, source="command line",
-                                            fix="point --ckpt-step at a complete iter_* (one the tracker has named)")])
+                                            fix="point --ckpt-step at a complete iter_* (one the tracker has named)")]) from None
         if st.meta.get("arch") != cfg.arch():
             raise ConfigErrors([ConfigError("--load", "checkpoint architecture differs from the model flags",
                                             value=args.load, related={"checkpoint": st.meta.get("arch")})])
@@ -252,8 +253,8 @@ def run(args, ignored: list[str]) -> int:
     stop = _StopRequest()
     try:
         if args.eval_interval is not None and start == 0 and not args.skip_eval_before_train:
-            ev = evaluate(args, rollouts, 0, metrics)
-            eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
+            first_ev = evaluate(args, rollouts, 0, metrics)
+            eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in first_ev.items() if "truncated" not in k)
             _say(f"eval before training: {eval_str}")
         for rollout_id in range(start, args.num_rollout):
             t0 = time.perf_counter()
@@ -267,7 +268,7 @@ def run(args, ignored: list[str]) -> int:
             train_stats = train_rollout(args, pol, samples, rollout_id, metrics)
             stats.update({k: v for k, v in train_stats.items() if k.startswith("rollout/")})
             t_train = time.perf_counter() - t1
-            ev = None
+            ev: dict | None = None
             if _periodic(rollout_id, args.eval_interval, per_epoch, args.num_rollout):
                 ev = evaluate(args, rollouts, rollout_id, metrics)
                 eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)

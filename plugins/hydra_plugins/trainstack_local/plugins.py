@@ -39,6 +39,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="trainstack_local", no
 
 class TrainstackSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        assert self.hydra_context is not None and self.config is not None
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
         for overrides in batch:
             cache.load(list(overrides))

@@ -79,6 +79,7 @@ class TrainstackSlurmLauncher(Launcher):
         return build(task_cfg, origin)
 
     def _check_sweeper(self) -> None:
+        assert self.config is not None
         target = str(OmegaConf.select(self.config, "hydra.sweeper._target_", default="") or "")
         if "optuna" in target.lower() and not self.params.get("wait"):
             from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
@@ -149,7 +150,7 @@ class TrainstackSlurmLauncher(Launcher):
         if not settings.get("wait"):
             return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
         out: List[JobReturn] = []
-        for overrides, point, job in zip(job_overrides, points, jobs):
+        for overrides, job in zip(job_overrides, jobs):
             try:
                 result = job.results()[0]
                 out.append(self._returned(overrides, result.get("metric"), JobStatus.COMPLETED))
