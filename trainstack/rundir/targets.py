@@ -61,11 +61,6 @@ def expand(targets: Sequence[str], runs_root: str | Path = "runs") -> list[RunRe
                 rd = Path(r.run_dir)
                 if not rd.is_dir() and (Path(runs_root) / r.run_id).is_dir():
                     rd = Path(runs_root) / r.run_id
-                if not rd.is_dir() and not r.job_id:
-                    errors.append(ConfigError(f"{t}: {r.run_id}", f"listed in {layout.SWEEP_MANIFEST} but its run "
-                                              f"directory is missing ({r.run_dir})", "was the run deleted? pass "
-                                              "--runs-root if the runs live elsewhere"))
-                    continue
                 refs.append(RunRef(rd, r.run_id, list(r.overrides), r.job_id, dict(r.logs)))
             continue
         found = find_run(t, runs_root)
