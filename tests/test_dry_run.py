@@ -30,15 +30,26 @@ def test_dry_run_output_file_is_the_only_thing_written(tmp_path):
     assert data["entrypoint"][-1].endswith("/train_async.py") and "--debug-train-only" in data["argv"]
 
 
-def test_secrets_are_redacted_in_everything_printed(tmp_path, capsys):
+def test_secrets_in_config_are_refused_without_echoing_them(tmp_path):
     res = run_py("runtime_env.env_vars.WANDB_API_KEY=sekret-123", "runtime_env.env_vars.HF_TOKEN=hf-456",
                  "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "runtime_env.env_vars.WANDB_API_KEY" in res.stderr and "export WANDB_API_KEY=" in res.stderr
+    assert "sekret-123" not in res.stdout + res.stderr and "hf-456" not in res.stdout + res.stderr
+    assert files_under(tmp_path) == []
+
+
+def test_secrets_from_the_environment_are_never_printed_or_rendered(tmp_path, capsys, monkeypatch):
+    env = {"WANDB_API_KEY": "sekret-123", "HF_TOKEN": "hf-456"}
+    res = run_py("dry_run=true", cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr
     assert "sekret-123" not in res.stdout + res.stderr and "hf-456" not in res.stdout + res.stderr
-    assert "WANDB_API_KEY=<redacted>" in res.stdout  # shown in the env table...
-    assert "WANDB_API_KEY" not in res.stdout.rstrip().splitlines()[-1]  # ...left out of the runnable command
-    cli.main(["render", "runtime_env.env_vars.WANDB_API_KEY=sekret-123", "-o", str(tmp_path / "r.json")])
-    assert "sekret-123" not in (tmp_path / "r.json").read_text()
+    assert "WANDB_API_KEY" not in res.stdout.rstrip().splitlines()[-1]  # the runnable command takes it from the env
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert cli.main(["render", "-o", str(tmp_path / "r.json")]) == 0
+    text = (tmp_path / "r.json").read_text() + capsys.readouterr().out
+    assert "sekret-123" not in text and "hf-456" not in text
 
 
 def test_default_dry_run_is_the_cpu_smoke_run_on_the_tiny_trainer(tmp_path):
