@@ -1,55 +1,248 @@
-"""Find a run's latest *complete* checkpoint in slime's layout.
+"""What a complete checkpoint is, and which one a run resumes from: defined once, used by the
+orchestrator (resume plan, status, Hub sync) and by the tiny trainer.
 
-slime resumes from whatever `latest_checkpointed_iteration.txt` names. trainstack trusts that
-iteration only if its `iter_XXXXXXX/` is complete: Megatron torch_dist writes `.metadata`
-(and `common.pt`) last; the tiny trainer writes `meta.json` last. Lookup is O(1) in the
-number of `iter_*` directories: the tracker names the candidate.
+slime's layout under `--save` (Megatron's):
+
+    latest_checkpointed_iteration.txt            the tracker: the commit point slime loads from
+    iter_XXXXXXX/                                one checkpoint per saved rollout
+    rollout/global_dataset_state_dict_N.pt       the data cursor of rollout N
+
+Completeness (docs/resume.md):
+- A checkpoint with a manifest (`iter_*/manifest.json`, written after every other file and before
+  the tracker: the tiny trainer writes one, trainstack adds one to Megatron checkpoints it has seen
+  complete) is complete only if every file it lists exists with the recorded size.
+- Without a manifest, Megatron's own last-written files decide (`.metadata` for torch_dist,
+  `common.pt`), plus the data cursor when the run uses the global dataset.
+
+The tracker names the only *published* checkpoint. Anything newer is unpublished (a writer died,
+or was fenced, between writing it and updating the tracker) and is never loaded. When the
+published checkpoint is not complete (a truncated or deleted file), or the tracker is gone, the
+newest complete older checkpoint is used instead: `plan_recovery` says which files to move aside
+and what the tracker must say, so the trainer loads exactly what the resume plan read.
 """
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+import re
+import time
+from dataclasses import dataclass, field
 
-from trainstack.rundir.layout import TRACKER, iter_name
+from trainstack.rundir.layout import DATA_CURSOR, INCOMPLETE_DIR, MANIFEST, TRACKER, iter_name
 
-# Files whose presence means an iteration directory was written to the end, per writer.
-TINY_COMPLETE = ("meta.json", "model.pt")  # the tiny trainer writes meta.json last
-COMPLETION_MARKERS = ((".metadata",), TINY_COMPLETE, ("common.pt",))
+# Megatron writes these last inside an iter dir (torch_dist: .metadata; torch: common.pt).
+MEGATRON_MARKERS = ((".metadata",), ("common.pt",))
+# Tiny checkpoints written before manifests existed: meta.json was written last.
+LEGACY_TINY_MARKER = ("meta.json", "model.pt")
+_ITER_RE = re.compile(r"^iter_(\d{7,})$")
+_STAGING_RE = re.compile(r"^\.iter_\d{7,}\.staging\.")  # the tiny trainer's save in progress
 
-__all__ = ["TRACKER", "iter_name", "is_complete", "inspect", "CheckpointState", "COMPLETION_MARKERS", "TINY_COMPLETE"]
+__all__ = ["TRACKER", "iter_name", "Manifest", "CheckpointState", "is_complete", "problem_of", "inspect",
+           "plan_recovery", "Recovery", "data_cursor", "move_aside"]
+
+
+def data_cursor(rollout_id: int) -> str:
+    """The data cursor of a rollout, relative to the save dir (slime's name)."""
+    return DATA_CURSOR.format(rollout_id=rollout_id)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every file a checkpoint needs (paths relative to the save dir) with its size in bytes."""
+
+    rollout_id: int
+    files: dict[str, int]
+    writer: str = ""  # who wrote the checkpoint (trainstack-tiny/1, megatron)
+    epoch: int | None = None  # the lease epoch of the writer (fencing, docs/resume.md)
+    sha256: dict[str, str] = field(default_factory=dict)  # optional content hashes (verified on Hub restore)
+
+    def to_json(self) -> str:
+        return json.dumps({"rollout_id": self.rollout_id, "files": self.files, "writer": self.writer,
+                           "epoch": self.epoch, "sha256": self.sha256}, indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def read(cls, save_dir: str, rollout_id: int) -> "Manifest | None":
+        """The manifest of iter_N; None when there is none. Raises ValueError when it is unreadable."""
+        path = os.path.join(save_dir, iter_name(rollout_id), MANIFEST)
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as ex:
+            raise ValueError(f"{MANIFEST} unreadable ({ex})") from None
+        try:
+            files = {str(k): int(v) for k, v in data["files"].items()}
+            return cls(rollout_id=int(data["rollout_id"]), files=files, writer=str(data.get("writer", "")),
+                       epoch=data.get("epoch"), sha256=dict(data.get("sha256") or {}))
+        except (KeyError, TypeError, ValueError, AttributeError) as ex:
+            raise ValueError(f"{MANIFEST} malformed ({ex})") from None
+
+    @classmethod
+    def of_files(cls, save_dir: str, rollout_id: int, rel_paths: list[str], writer: str,
+                 epoch: int | None = None, sha256: dict[str, str] | None = None) -> "Manifest":
+        return cls(rollout_id, {p: os.path.getsize(os.path.join(save_dir, p)) for p in sorted(rel_paths)}, writer,
+                   epoch, dict(sha256 or {}))
+
+    def problem(self, save_dir: str) -> str | None:
+        for rel, size in self.files.items():
+            try:
+                actual = os.path.getsize(os.path.join(save_dir, rel))
+            except OSError:
+                return f"{rel} is missing"
+            if actual != size:
+                return f"{rel} has {actual} bytes, the manifest says {size} (truncated or rewritten)"
+        return None
+
+
+def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False) -> str | None:
+    """Why iter_N is not a complete checkpoint, or None when it is (THE completeness test)."""
+    d = os.path.join(save_dir, iter_name(rollout_id))
+    try:
+        names = set(os.listdir(d))
+    except OSError:
+        return f"{iter_name(rollout_id)} is missing"
+    if MANIFEST in names:
+        try:
+            manifest = Manifest.read(save_dir, rollout_id)
+        except ValueError as ex:
+            return f"{iter_name(rollout_id)}/{ex}"
+        assert manifest is not None
+        return manifest.problem(save_dir)
+    if any(all(m in names for m in marker) for marker in MEGATRON_MARKERS):
+        if needs_cursor and not os.path.exists(os.path.join(save_dir, data_cursor(rollout_id))):
+            return f"its data cursor {data_cursor(rollout_id)} is missing (the data would restart from the beginning)"
+        return None
+    if all(m in names for m in LEGACY_TINY_MARKER):
+        return None
+    return f"{iter_name(rollout_id)} has no manifest and no completion marker (killed while saving)"
+
+
+def is_complete(save_dir: str, rollout_id: int, needs_cursor: bool = False) -> bool:
+    return problem_of(save_dir, rollout_id, needs_cursor) is None
+
+
+def _listing(save_dir: str) -> tuple[list[int], list[str]]:
+    """(iter_N numbers newest first, staging leftovers of killed tiny saves) in one directory read."""
+    try:
+        names = os.listdir(save_dir)
+    except OSError:
+        return [], []
+    iters = sorted((int(m.group(1)) for n in names if (m := _ITER_RE.match(n))), reverse=True)
+    return iters, sorted(n for n in names if _STAGING_RE.match(n))
+
+
+def iterations(save_dir: str) -> list[int]:
+    """Every iter_N directory under the save dir, newest first."""
+    return _listing(save_dir)[0]
+
+
+def read_tracker(save_dir: str) -> str | None:
+    try:
+        with open(os.path.join(save_dir, TRACKER), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
 class CheckpointState:
     save_dir: str
-    tracker: int | None  # what the tracker file says (None: absent/unreadable)
-    latest_complete: int | None  # the tracker's iteration when its directory is complete
-    problem: str = ""  # why the tracker cannot be trusted, if it cannot
+    tracker: int | None  # what the tracker names (None: absent or not a number)
+    latest_complete: int | None  # the checkpoint a resume loads (after recovery, if one is needed)
+    problem: str = ""  # what is wrong with what the tracker names, if anything
+    unpublished: tuple[int, ...] = ()  # iter dirs newer than latest_complete: never loaded, moved aside
+    leftovers: tuple[str, ...] = ()  # staging dirs of killed saves: moved aside
 
     @property
     def resumable(self) -> bool:
         return self.latest_complete is not None
 
+    @property
+    def needs_recovery(self) -> bool:
+        return bool(self.unpublished or self.leftovers) or self.tracker != self.latest_complete
 
-def is_complete(save_dir: str, rollout_id: int | str, markers: tuple[tuple[str, ...], ...] = COMPLETION_MARKERS) -> bool:
-    """The one "complete checkpoint" test (the tiny trainer passes its own marker only)."""
-    d = os.path.join(save_dir, rollout_id if isinstance(rollout_id, str) else iter_name(rollout_id))
+
+def writes_cursors(save_dir: str) -> bool:
+    """Whether this run's writer saves data cursors (slime with the global dataset does)."""
     try:
-        names = set(os.listdir(d))
+        with os.scandir(os.path.join(save_dir, os.path.dirname(data_cursor(0)))) as it:
+            return any(e.is_file() for e in it)
     except OSError:
         return False
-    return any(all(m in names for m in marker) for marker in markers)
 
 
-def inspect(save_dir: str) -> CheckpointState:
-    try:
-        with open(os.path.join(save_dir, TRACKER), encoding="utf-8") as f:
-            text = f.read().strip()
-    except OSError:
-        return CheckpointState(save_dir, None, None)
-    if not text.isdigit():
-        return CheckpointState(save_dir, None, None, f"tracker file holds {text!r}, not an iteration number")
-    n = int(text)
-    if not is_complete(save_dir, n):
-        return CheckpointState(save_dir, n, None, f"tracker names {iter_name(n)}, which is missing or incomplete")
-    return CheckpointState(save_dir, n, n)
+def inspect(save_dir: str, needs_cursor: bool | None = None) -> CheckpointState:
+    """The checkpoint a resume loads: the tracker's when it is complete, else the newest complete
+    older one. `needs_cursor` (default: when the writer saves cursors at all) makes a Megatron
+    checkpoint without its data cursor incomplete. One directory listing plus one manifest read
+    when all is well."""
+    if needs_cursor is None:
+        needs_cursor = writes_cursors(save_dir)
+    text = read_tracker(save_dir)
+    tracker = int(text) if text is not None and text.isdigit() else None
+    iters, leftovers = _listing(save_dir)
+    if text is None and not iters:
+        return CheckpointState(save_dir, None, None, leftovers=tuple(leftovers))
+    problem = ""
+    if text is not None and tracker is None:
+        problem = f"the tracker holds {text[:40]!r}, not an iteration number"
+    elif tracker is not None:
+        why = problem_of(save_dir, tracker, needs_cursor)
+        if why is not None:
+            problem = f"the tracker names {iter_name(tracker)}, which is not complete: {why}"
+    else:
+        problem = "the tracker file is missing"
+    if not problem:
+        latest: int | None = tracker
+    else:
+        latest = next((n for n in iters if (tracker is None or n <= tracker) and is_complete(save_dir, n, needs_cursor)),
+                      None)
+    newer = tuple(n for n in iters if latest is None or n > latest)
+    return CheckpointState(save_dir, tracker, latest, problem, newer, tuple(leftovers))
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What makes the save dir say exactly what the resume plan read."""
+
+    move_aside: tuple[str, ...]  # iter dirs (names) moved under INCOMPLETE_DIR, never deleted
+    tracker: int | None  # the tracker's new value (None: remove it: nothing complete is left)
+
+    def apply(self, save_dir: str) -> list[str]:
+        """Move aside, then rewrite the tracker (atomically). Returns where things went."""
+        moved = move_aside(save_dir, list(self.move_aside))
+        tracker = os.path.join(save_dir, TRACKER)
+        if self.tracker is None:
+            moved += move_aside(save_dir, [TRACKER])
+        else:
+            tmp = f"{tracker}.tmp.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(str(self.tracker))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, tracker)
+        return moved
+
+
+def move_aside(save_dir: str, names: list[str]) -> list[str]:
+    """Move entries of the save dir under INCOMPLETE_DIR with a unique suffix; never delete."""
+    moved = []
+    stamp = f"{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}"
+    for name in names:
+        src = os.path.join(save_dir, name)
+        if not os.path.lexists(src):
+            continue
+        os.makedirs(os.path.join(save_dir, INCOMPLETE_DIR), exist_ok=True)
+        dst = os.path.join(save_dir, INCOMPLETE_DIR, f"{name}.{stamp}")
+        os.replace(src, dst)
+        moved.append(dst)
+    return moved
+
+
+def plan_recovery(state: CheckpointState) -> Recovery | None:
+    """None when the save dir already says what a resume should load."""
+    if not state.needs_recovery:
+        return None
+    return Recovery(move_aside=tuple(iter_name(n) for n in state.unpublished) + state.leftovers,
+                    tracker=state.latest_complete)

@@ -2,9 +2,11 @@
 
 Acquire = write our record to a private temp file and `link()` it to `lease.json`: link is
 atomic and fails if the name exists, also over NFS (unlike O_EXCL on old clients or flock).
-The holder renews the lease (heartbeat) every ttl/3 with tmp + `rename()`. A lease whose
-expiry has passed, or whose holder is a dead process on this host, can be taken over; a
-holder that finds another token in `lease.json` has lost the lease and must stop writing.
+The holder renews the lease (heartbeat) every ttl/4 with tmp + `rename()`. A lease whose
+expiry has passed can be taken over; so can one whose holder is a dead process on this host
+once the trainer process group it started is gone too (a launcher killed with SIGKILL leaves its
+trainer finishing a final checkpoint: the relaunch waits for it). A holder that finds another
+token in `lease.json` has lost the lease; its trainer is fenced (trainstack/fence.py).
 """
 from __future__ import annotations
 
@@ -33,11 +35,23 @@ class LeaseRecord:
     expires_at: float
     ttl_s: float
     epoch: int  # increases with every acquisition of this run: a fencing number
+    trainer_pgid: int | None = None  # the process group of the trainer it started (this host), if any
+
+    def trainer_stopping(self) -> bool:
+        """Its launcher (on this host) is dead but the trainer group it started is still finishing."""
+        return bool(self.trainer_pgid) and self.host == hostname() and not _pid_alive(self.pid) \
+            and _group_alive(self.trainer_pgid or 0)
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
         left = self.expires_at - time.time()
-        return f"host {self.host}, pid {self.pid}, since {since} (lease expires in {left:.0f} s)"
+        group = ""
+        if self.trainer_stopping():
+            group = f"; its launcher is gone and its trainer (process group {self.trainer_pgid}) is stopping"
+        return f"host {self.host}, pid {self.pid}, epoch {self.epoch}, since {since} (lease expires in {left:.0f} s{group})"
+
+
+_FIELDS = tuple(LeaseRecord.__dataclass_fields__)
 
 
 class LeaseHeld(Exception):
@@ -48,8 +62,9 @@ class LeaseHeld(Exception):
 
 def _read(path: Path) -> LeaseRecord | None:
     try:
-        return LeaseRecord(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        data = json.loads(path.read_text())
+        return LeaseRecord(**{k: data[k] for k in _FIELDS if k in data})
+    except (OSError, ValueError, TypeError, KeyError):
         return None
 
 
@@ -67,11 +82,46 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group on this host, from /proc (Linux)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            out.append(int(name))
+    return out
+
+
+def _group_alive(pgid: int) -> bool:
+    if os.path.isdir("/proc/self"):
+        return bool(group_members(pgid))
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:
     now = time.time() if now is None else now
     if now > rec.expires_at:
         return True
-    return rec.host == hostname() and not _pid_alive(rec.pid)
+    if rec.host != hostname() or _pid_alive(rec.pid):
+        return False
+    return not (rec.trainer_pgid and _group_alive(rec.trainer_pgid))
+
+
+def heartbeat_interval(ttl_s: float) -> float:
+    return max(ttl_s / 4.0, 0.2)
 
 
 class Lease:
@@ -137,19 +187,22 @@ class Lease:
         cur = _read(self.path)
         return cur is not None and cur.token == self.record.token
 
-    def renew(self) -> bool:
+    def renew(self, **changes) -> bool:
+        """Extend the lease (and record `changes`, e.g. trainer_pgid); False when it was lost."""
         if not self.holds():
             self.lost.set()
             return False
         now = time.time()
         self.record.heartbeat, self.record.expires_at = now, now + self.record.ttl_s
+        for k, v in changes.items():
+            setattr(self.record, k, v)
         tmp = self.path.with_name(f".lease.{self.record.token}.renew")
         tmp.write_text(json.dumps(asdict(self.record)))
         os.replace(tmp, self.path)
         return True
 
     def start_heartbeat(self, on_lost: Callable[[], None] | None = None) -> None:
-        interval = max(self.record.ttl_s / 3.0, 0.2)
+        interval = heartbeat_interval(self.record.ttl_s)
 
         def beat() -> None:
             while not self._stop.wait(interval):

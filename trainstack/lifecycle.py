@@ -1,11 +1,16 @@
 """The run lifecycle: what executing a stored run means on any machine and under any launcher.
 
 Order: take the run's lease (one writer per run) -> plan resume (fresh / resume / finished /
-refuse) -> record the spec -> prepare the env's data -> start the trainer through the launcher's
-runner -> forward SIGINT/SIGTERM, give it `resume.grace_s` for a final checkpoint -> record exit,
-status and last metrics -> release the lease. A runner is whatever starts the stored command:
-a local process group (`launch/local.py`) or a Ray job (`launch/ray_job.py`); it has
-`.stop(signum)`, `.wait() -> exit code` and `.signalled`.
+refuse) -> recover the save dir so it says exactly what the plan read -> record the spec ->
+prepare the env's data -> start the trainer through the launcher's runner, with the lease's
+fence in its environment -> forward SIGINT/SIGTERM/SIGHUP, give it `resume.grace_s` for a final
+checkpoint -> record exit, status and last metrics -> release the lease. A runner is whatever
+starts the stored command under trainstack.guard: a local process group (`launch/local.py`) or
+a Ray job (`launch/ray_job.py`); it has `.stop(signum)`, `.wait() -> exit code`, `.signalled`
+and `.pgid` (the trainer's process group on this host, or None).
+
+Exit codes (docs/resume.md): 0 done, 2 bad input, 3 busy (another holder), 75 fenced (the lease
+was lost; nothing published after that), 128+N stopped by signal N, otherwise the trainer's.
 """
 from __future__ import annotations
 
@@ -14,17 +19,20 @@ import signal
 import sys
 from typing import Callable, Protocol
 
-from trainstack.checkpoints import inspect
+from trainstack.checkpoints import inspect, plan_recovery
+from trainstack.fence import EXIT_FENCED, Fence
 from trainstack.lease import Lease, LeaseHeld
 from trainstack.resume import FINISHED, RESUME, ResumePlan, plan
 from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
 EXIT_BUSY = 3  # another process holds the run
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Runner(Protocol):
     signalled: int | None
+    pgid: int | None
 
     def stop(self, signum: int = signal.SIGTERM) -> None: ...
 
@@ -34,17 +42,22 @@ class Runner(Protocol):
 StartRunner = Callable[[dict, RunDir], Runner]
 
 
-def trainer_env(spec: RunSpec, rundir: RunDir) -> dict[str, str]:
+def trainer_env(spec: RunSpec, rundir: RunDir, lease: Lease | None = None) -> dict[str, str]:
     """The trainer's environment: ours (secrets included, from this machine) + the stored env +
-    trainstack's own; W&B offline when there is no key to log in with."""
+    trainstack's own (metrics file, run id, the lease's fence); W&B offline when there is no key
+    to log in with."""
     env = {**os.environ, **spec.slime_command().env, "TRAINSTACK_METRICS_FILE": str(rundir.metrics_file),
            "TRAINSTACK_RUN_ID": spec.run_id}
+    if lease is not None:
+        env.update(Fence(str(lease.path), lease.record.token, lease.record.epoch).to_env())
     if spec.args.get("use_wandb") and not os.environ.get("WANDB_API_KEY") and not spec.args.get("wandb_mode"):
         env["WANDB_MODE"] = "offline"
     return env
 
 
-def final_state(code: int, signalled: int | None) -> str:
+def final_state(code: int, signalled: int | None, lease_lost: bool = False) -> str:
+    if lease_lost or code == EXIT_FENCED:
+        return "fenced"
     if signalled is not None:
         return "interrupted"
     if code != 0:
@@ -52,16 +65,54 @@ def final_state(code: int, signalled: int | None) -> str:
     return "finished"
 
 
+def exit_code(code: int, signalled: int | None) -> int:
+    """The launcher's exit code: never a negative-wrapped value (a SIGKILLed trainer is 137, not 247)."""
+    if code < 0:
+        return 128 - code
+    if signalled is not None and code == 0:
+        return 0
+    return code
+
+
+def _acquire(spec: RunSpec, rundir: RunDir) -> Lease:
+    """Take the run's lease; when its last holder died and its trainer is finishing a final
+    checkpoint (under trainstack.guard), wait for that instead of refusing."""
+    import time
+
+    deadline = time.monotonic() + spec.resume.grace_s + 10
+    told = False
+    while True:
+        try:
+            return Lease.acquire(rundir.lease_file, ttl_s=spec.resume.lease_ttl_s)
+        except LeaseHeld as held:
+            if not held.holder.trainer_stopping() or time.monotonic() > deadline:
+                raise
+            if not told:
+                print(f"trainstack: {spec.run_id}: the previous launcher died; waiting for its trainer (process group "
+                      f"{held.holder.trainer_pgid}) to finish its final checkpoint", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(0.5)
+
+
+def _stop_hint(holder) -> str:
+    """How to stop the holder: its launcher's pid on this host (it stops the trainer gracefully), never
+    a process group number that could be reused or mean "every process" (-1)."""
+    from trainstack.lease import hostname
+
+    if holder.host == hostname() and holder.pid > 1:
+        return f"stop it (Ctrl-C in its terminal, or kill -TERM {holder.pid})"
+    return f"stop it on host {holder.host} (trainstack cancel RUN, or Ctrl-C in its terminal)"
+
+
 def execute(spec: RunSpec, start: StartRunner) -> int:
     """Lease -> resume plan -> spec + data -> start(env, rundir) -> wait -> record."""
     rundir = RunDir(spec.run_dir)
     try:
-        lease = Lease.acquire(rundir.lease_file, ttl_s=spec.resume.lease_ttl_s)
+        lease = _acquire(spec, rundir)
     except LeaseHeld as held:
         print(f"trainstack: run {spec.run_id} is already running ({held.holder.describe()}); nothing was launched.\n"
-              f"  fix: wait for it, stop it (Ctrl-C in its terminal / kill -TERM -{held.holder.pid}), or use another "
-              f"run_id. A dead holder's lease is taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.",
-              file=sys.stderr)
+              f"  fix: wait for it, {_stop_hint(held.holder)}, or use another run_id. A dead holder's lease is "
+              f"taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.", file=sys.stderr)
         return EXIT_BUSY
     try:
         resume_plan = plan(spec, rundir)  # may raise ConfigErrors: reported by the caller, lease released below
@@ -70,14 +121,29 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         lease.release()
 
 
+def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
+    """Make the save dir say what the plan read: move unpublished or broken iter dirs aside and
+    point the tracker at the checkpoint the plan resumes from (under the lease, before the trainer)."""
+    recovery = plan_recovery(rp.checkpoint)
+    if recovery is None:
+        return
+    moved = recovery.apply(rp.checkpoint.save_dir)
+    rundir.event("checkpoint_recovery", problem=rp.checkpoint.problem, tracker=recovery.tracker, moved_aside=moved)
+    print(f"trainstack: {spec.run_id}: " + (f"{rp.checkpoint.problem}; " if rp.checkpoint.problem else "")
+          + (f"resuming from the newest complete checkpoint, iter {recovery.tracker}"
+             if recovery.tracker is not None else "no complete checkpoint left: a fresh start")
+          + (f"; moved aside (kept): {', '.join(os.path.basename(m) for m in moved)}" if moved else ""),
+          file=sys.stderr, flush=True)
+
+
 def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan, start: StartRunner) -> int:
+    _recover(spec, rundir, rp)
     if rp.action == FINISHED:
         rundir.event("finished", latest_checkpoint=rp.checkpoint.latest_complete, num_rollout=rp.num_rollout)
-        rundir.update_status(run_id=spec.run_id, state="finished", last_checkpoint=rp.checkpoint.latest_complete,
-                             num_rollout=rp.num_rollout)
+        rundir.update_status(run_id=spec.run_id, state="finished", last_checkpoint=rp.checkpoint.latest_complete)
         print(f"trainstack: run {spec.run_id} is finished: its checkpoint at rollout {rp.checkpoint.latest_complete} "
               f"covers num_rollout={rp.num_rollout}. Nothing to train.\n  to continue it, raise the rollout count, "
-              f"e.g. env.num_rollout={(rp.num_rollout or 0) * 2} (same run_id, resumes from "
+              f"e.g. env.num_rollout={max(rp.num_rollout or 0, rp.from_rollout) * 2} (same run_id, resumes from "
               f"{rp.from_rollout})", file=sys.stderr)
         return 0
     from trainstack.preflight import prepare_data
@@ -93,31 +159,40 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv)
     print(f"trainstack: {spec.run_id}: {rp.describe()}; run dir {spec.run_dir}", file=sys.stderr, flush=True)
     rundir.update_status(run_id=spec.run_id, state="running", num_rollout=rp.num_rollout, host=lease.record.host,
-                         pid=os.getpid(), last_checkpoint=rp.checkpoint.latest_complete)
-    trainer = start(trainer_env(spec, rundir), rundir)
+                         pid=os.getpid(), last_checkpoint=rp.checkpoint.latest_complete, lease_epoch=lease.record.epoch,
+                         exit_code=None)
+    try:
+        trainer = start(trainer_env(spec, rundir, lease), rundir)
+    except BaseException as ex:  # nothing started: say so in the run dir, then report
+        rundir.event("start_failed", error=f"{type(ex).__name__}: {ex}")
+        rundir.update_status(state="failed", exit_code=None, error=f"the trainer could not be started: {ex}")
+        raise
+    code: int | None = None
+    lost = False
 
     def on_signal(signum, _frame):
         rundir.event("signal", signal=signal.Signals(signum).name)
         trainer.stop(signum)
 
     def on_lease_lost():
+        nonlocal lost
+        lost = True
         rundir.event("lease_lost")
         print(f"trainstack: lost the lease of {spec.run_id}; stopping the trainer", file=sys.stderr, flush=True)
         trainer.stop(signal.SIGTERM)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    lease.start_heartbeat(on_lost=on_lease_lost)
+    old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
+        lease.renew(trainer_pgid=trainer.pgid)
+        lease.start_heartbeat(on_lost=on_lease_lost)
         code = trainer.wait()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    state = inspect(spec.args.get("save") or str(rundir.checkpoints))
-    latest, _ = rundir.last_metrics()
-    rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
-                 latest_checkpoint=state.latest_complete)
-    rundir.update_status(state=final_state(code, trainer.signalled),
-                         last_checkpoint=state.latest_complete, last_metrics=latest, exit_code=code)
-    if trainer.signalled is not None and code != 0:
-        return 128 + trainer.signalled if code < 0 else code
-    return code
+        state = inspect(rp.checkpoint.save_dir)
+        latest, _ = rundir.last_metrics()
+        final = final_state(code if code is not None else 1, trainer.signalled, lost)
+        rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
+                     latest_checkpoint=state.latest_complete, state=final)
+        rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest, exit_code=code)
+    return exit_code(code, trainer.signalled)

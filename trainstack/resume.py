@@ -2,7 +2,8 @@
 report it finished, or refuse (changed training config, partial checkpoint, policy).
 
 slime decides resume by the tracker file in --load; trainstack checks, before launching, that
-what slime will load is complete and belongs to the same training config.
+what slime will load is complete (else the newest complete checkpoint is used: the lifecycle
+points the tracker at it) and belongs to the same training config.
 """
 from __future__ import annotations
 
@@ -59,10 +60,6 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
     state = inspect(save)
     mode = run.resume.mode
     num_rollout = run.args.get("num_rollout")
-    if state.problem:
-        raise ConfigErrors([ConfigError(
-            "checkpoints", f"{save}: {state.problem}; slime would load it", "move the broken iter_* directory "
-            "or the tracker file aside (or restore it), then relaunch", source=run.run_dir)])
     stored = rundir.stored_args()
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:

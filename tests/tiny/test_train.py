@@ -68,19 +68,22 @@ def test_sigkill_resume_is_bit_identical(tmp_path, data_dir):
     argv = _argv(data_dir, ck, num_rollout=n, save_interval=interval, eval_interval=10)
     rng = random.Random(1234)
     kills = {"mid_save": 0, "random": 0}
-    # 1) kill during a save: an iter dir exists whose meta.json (and tracker update) is not written yet
+    # 1) kill during a save: a staged iter dir exists whose manifest (and tracker update) is not written yet
     p = _popen(argv, tmp_path, m, TRAINSTACK_TINY_SLOW_SAVE="0.4")
     deadline = time.time() + 120
+    half = None
     while time.time() < deadline and p.poll() is None:
-        dirs = sorted(ck.glob("iter_*"))
-        if dirs and (dirs[-1] / "model.pt").exists() and not (dirs[-1] / "meta.json").exists() and len(dirs) >= 2:
+        staged = sorted(ck.glob(".iter_*.staging.*"))
+        if staged and (staged[-1] / "model.pt").exists() and not (staged[-1] / "manifest.json").exists() \
+                and len(list(ck.glob("iter_*"))) >= 2:
             _kill_group(p)
             kills["mid_save"] += 1
+            half = staged[-1]
             break
         time.sleep(0.02)
     assert kills["mid_save"] == 1, "never caught a save in progress"
-    half = sorted(ck.glob("iter_*"))[-1]
-    assert not (half / "meta.json").exists()
+    assert half is not None and half.exists() and not (half / "manifest.json").exists()
+    assert int((ck / "latest_checkpointed_iteration.txt").read_text()) == int(sorted(ck.glob("iter_*"))[-1].name[5:])
     # 2) kills at seeded random times (many land in slowed saves), then run to completion
     for attempt in range(8):
         p = _popen(argv, tmp_path, m, TRAINSTACK_TINY_SLOW_SAVE="0.2")
@@ -139,7 +142,7 @@ def test_checkpoint_rules(tmp_path, data_dir):
     assert "iter 0000001" in r.stderr and "rollout 3/3" in r.stderr
     (ck / "iter_0000009").mkdir()
     r = run_tiny(_argv(data_dir, ck, num_rollout=12, **small) + ["--ckpt-step", "9"], cwd=tmp_path)
-    assert r.returncode == 2 and "incomplete" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "not a complete checkpoint" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_init_model_ref_load_and_kl(tmp_path, data_dir):

@@ -2,8 +2,10 @@
 
 `submit` runs the stored command here and returns when it ends; the lifecycle around it
 (lease, resume plan, events, status, signals) is `trainstack/lifecycle.py`. The trainer starts
-in a new session, its output teed to the console and logs/trainer.log; signals go to its whole
-process group, never by name, and it dies with the launcher (PR_SET_PDEATHSIG).
+under trainstack.guard in a new session: the guard writes logs/trainer.log, fences the group
+against the run's lease, stops it if this launcher dies, and reaps whatever the trainer left
+in the group. Signals go to the whole process group, never by name. The console echo never
+blocks the trainer: a closed or stalled stdout loses console lines, never training time.
 """
 from __future__ import annotations
 
@@ -33,49 +35,54 @@ def start_local_process(spec: "RunSpec") -> "StartRunner":
     cmd = spec.slime_command()
 
     def start(env: dict[str, str], rundir: "RunDir") -> "TrainerProcess":
-        return TrainerProcess(cmd.full_argv(), env, cmd.cwd, rundir.trainer_log, spec.resume.grace_s)
+        return TrainerProcess(guarded(cmd.full_argv(), spec.resume.grace_s, rundir.trainer_log), env, cmd.cwd,
+                              spec.resume.grace_s)
 
     return start
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL us if the launcher dies (Linux), so a SIGKILLed launcher
-    never leaves an orphan trainer writing checkpoints while a relaunch takes the lease."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def guarded(argv: list[str], grace_s: float, log: Path | None, secrets: Path | None = None) -> list[str]:
+    """The trainer's argv under trainstack.guard (this Python: it has trainstack)."""
+    opts = ["--grace", str(grace_s), "--parent", str(os.getpid())]
+    if log is not None:
+        opts += ["--log", str(log)]
+    if secrets is not None:
+        opts += ["--secrets", str(secrets)]
+    return [sys.executable, "-m", "trainstack.guard", *opts, "--", *argv]
 
 
 class TrainerProcess:
-    """A child in its own session: signals go to its whole process group, never by name."""
+    """The guard (and the trainer under it) in a new session: signals go to the whole group."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path, grace_s: float):
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, grace_s: float):
         self.grace_s = grace_s
         self.signalled: int | None = None
         self._deadline: float | None = None
-        self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+                                     start_new_session=True)
+        self.pgid: int | None = self.proc.pid
+        self._echo = True
         self._pump = threading.Thread(target=self._tee, daemon=True)
         self._pump.start()
 
     def _tee(self) -> None:
+        """Console echo of the guard's output; the guard keeps the log."""
         assert self.proc.stdout is not None
         for line in iter(self.proc.stdout.readline, b""):
-            for sink in (sys.stdout.buffer, self._log):
-                sink.write(line)
-                sink.flush()
+            if not self._echo:
+                continue
+            try:
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+            except (OSError, ValueError):
+                self._echo = False  # `| head` closed the pipe: keep draining so the trainer never blocks
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the trainer to stop (it checkpoints on SIGTERM/SIGINT); kill after the grace period."""
         self.signalled = self.signalled or signum
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, signum)
+                os.killpg(self.proc.pid, signal.SIGTERM if signum == signal.SIGHUP else signum)
             except ProcessLookupError:
                 pass
             if self._deadline is None:
@@ -83,13 +90,15 @@ class TrainerProcess:
 
     def wait(self) -> int:
         while self.proc.poll() is None:
-            if self._deadline is not None and time.monotonic() > self._deadline:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            if self._deadline is not None and time.monotonic() > self._deadline + 2:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             time.sleep(0.1)
-        try:  # grandchildren left in the group go with it
+        try:  # anything left in the group goes with it
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self._pump.join(timeout=5)
-        self._log.close()
         return self.proc.returncode

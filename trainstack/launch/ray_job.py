@@ -8,6 +8,7 @@ a Ray cluster trainstack did not start is never stopped.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import signal
@@ -78,35 +79,78 @@ class LocalRayHead:
 
 
 class RayJobRunner:
-    """Submit, tail, stop and wait for one Ray job (same interface as the local TrainerProcess)."""
+    """Submit, tail, stop and wait for one Ray job (same interface as the local TrainerProcess).
+
+    One job per (run, lease epoch): the submission id is `trainstack-<run_id>-e<epoch>`, so a retried
+    submit can never start a second job, and jobs of older epochs of the run (a launcher killed
+    before it could stop its job) are waited for, then stopped, before anything is submitted. The
+    entrypoint is trainstack.guard (fencing, no orphans, logs/trainer.log); secrets reach it through
+    a mode-0600 file in the run dir, never through the job's runtime env (Ray logs it).
+    """
 
     def __init__(self, address: str, spec: RunSpec, env: dict[str, str], rundir: RunDir):
         from ray.job_submission import JobSubmissionClient
 
+        from trainstack.fence import ENV_EPOCH
+        from trainstack.launch.local import guarded
+
         cmd = spec.slime_command()
         self.client = JobSubmissionClient(address)
         self.signalled: int | None = None
+        self.pgid: int | None = None  # the trainer runs under Ray, not in a group of ours
+        self.grace_s = spec.resume.grace_s
+        self.run_id = spec.run_id
         runtime_env_vars = dict(cmd.env)
-        runtime_env_vars.update({k: env[k] for k in ("TRAINSTACK_METRICS_FILE", "TRAINSTACK_RUN_ID", "WANDB_MODE")
-                                 if k in env})
-        runtime_env_vars.update({k: os.environ[k] for k in FORWARDED_SECRETS if os.environ.get(k)})
-        self.submission_id = f"trainstack-{spec.run_id}-{int(time.time())}"
-        self.client.submit_job(entrypoint=f"cd {shlex.quote(cmd.cwd)} && " + shlex.join(cmd.full_argv()),
-                               submission_id=self.submission_id,
+        runtime_env_vars.update({k: v for k, v in env.items() if k.startswith("TRAINSTACK_") or k == "WANDB_MODE"})
+        self.submission_id = f"trainstack-{spec.run_id}-e{env.get(ENV_EPOCH, '0')}"
+        self._retire_older_jobs()
+        self.secrets_file = write_secrets(rundir)
+        argv = guarded(cmd.full_argv(), spec.resume.grace_s, rundir.trainer_log, self.secrets_file)
+        argv[argv.index("--"):argv.index("--")] = ["--cwd", cmd.cwd]
+        argv[argv.index("--parent"):argv.index("--parent") + 2] = []  # Ray's supervisor is the parent
+        self.client.submit_job(entrypoint=shlex.join(argv), submission_id=self.submission_id,
                                runtime_env={"env_vars": runtime_env_vars},
-                               metadata={"trainstack_run_id": spec.run_id})
-        self._log = open(rundir.trainer_log, "ab")
+                               metadata={"trainstack_run_id": spec.run_id, "trainstack_epoch": env.get(ENV_EPOCH, "0")})
         self._tail = threading.Thread(target=self._tail_logs, daemon=True)
         self._tail.start()
 
+    def _live_jobs_of_run(self) -> list[str]:
+        return [j.submission_id for j in self.client.list_jobs()
+                if (j.metadata or {}).get("trainstack_run_id") == self.run_id and str(j.status.value) not in TERMINAL
+                and j.submission_id]
+
+    def _retire_older_jobs(self) -> None:
+        """A job of an older epoch is fenced by our lease (its guard stops it); wait, then stop it."""
+        live = self._live_jobs_of_run()
+        if not live:
+            return
+        print(f"trainstack: {self.run_id}: waiting for the previous Ray job(s) of this run to stop: {', '.join(live)}",
+              file=sys.stderr, flush=True)
+        deadline = time.monotonic() + self.grace_s + 15
+        while live and time.monotonic() < deadline:
+            time.sleep(1.0)
+            live = self._live_jobs_of_run()
+        for sid in live:
+            self.client.stop_job(sid)
+        deadline = time.monotonic() + 30
+        while live and time.monotonic() < deadline:
+            time.sleep(1.0)
+            live = self._live_jobs_of_run()
+        if live:
+            from trainstack.errors import ConfigError, ConfigErrors
+
+            raise ConfigErrors([ConfigError("run_id", f"previous Ray job(s) {', '.join(live)} of this run do not stop; "
+                                            "nothing was submitted", "stop them: ray job stop <id>", value=self.run_id)])
+
     def _tail_logs(self) -> None:
+        """Console echo only (the guard writes logs/trainer.log)."""
         async def tail() -> None:
             async for chunk in self.client.tail_job_logs(self.submission_id):
-                data = chunk.encode()
-                sys.stdout.buffer.write(data)
-                sys.stdout.buffer.flush()
-                self._log.write(data)
-                self._log.flush()
+                try:
+                    sys.stdout.buffer.write(chunk.encode())
+                    sys.stdout.buffer.flush()
+                except (OSError, ValueError):
+                    pass
 
         try:
             asyncio.run(tail())
@@ -124,11 +168,37 @@ class RayJobRunner:
             print(f"trainstack: stop_job({self.submission_id}): {ex}", file=sys.stderr)
 
     def wait(self) -> int:
-        while (st := self.status()) not in TERMINAL:
-            time.sleep(0.5)
-        self._tail.join(timeout=10)
-        self._log.close()
-        return {"SUCCEEDED": 0, "STOPPED": 128 + (self.signalled or signal.SIGTERM)}.get(st, 1)
+        try:
+            while (st := self.status()) not in TERMINAL:
+                time.sleep(0.5)
+            self._tail.join(timeout=10)
+            info = self.client.get_job_info(self.submission_id)
+        finally:
+            remove_secrets(self.secrets_file)
+        if st == "SUCCEEDED":
+            return 0
+        if st == "STOPPED":
+            return 128 + (self.signalled or signal.SIGTERM)
+        code = getattr(info, "driver_exit_code", None)
+        return code if isinstance(code, int) and code != 0 else 1
+
+
+def write_secrets(rundir: RunDir) -> Path | None:
+    """The forwarded secrets of this shell, for the job's entrypoint only (mode 0600, created 0600)."""
+    values = {k: os.environ[k] for k in FORWARDED_SECRETS if os.environ.get(k)}
+    if not values:
+        return None
+    path = rundir.path / layout.SECRETS
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(values, f)
+    return path
+
+
+def remove_secrets(path: Path | None) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
 
 
 class RayJobLauncher(Launcher):

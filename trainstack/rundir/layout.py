@@ -34,6 +34,11 @@ SLURM_FOLDER = "slurm"  # submitit's folder of a single submitted run: slurm/%j
 RAY_RENDEZVOUS = "ray"  # multi-node Ray rendezvous: ray/<job id>/
 # slime's checkpoint tracker in --save (Megatron's name), read by slime, the tiny trainer and us.
 TRACKER = "latest_checkpointed_iteration.txt"
+DATA_CURSOR = "rollout/global_dataset_state_dict_{rollout_id}.pt"  # slime's data cursor, relative to --save
+MANIFEST = "manifest.json"  # in an iter dir: every file of the checkpoint with its size (docs/resume.md)
+INCOMPLETE_DIR = ".incomplete"  # under --save: unpublished or broken iter dirs moved aside, never deleted
+PUBLISH_LOG = "publish.jsonl"  # under --save: one line per checkpoint the tiny trainer published (iter, epoch)
+SECRETS = ".secrets.json"  # mode 0600, only while a Ray job runs: the entrypoint reads its secrets from it
 # Sweep directory.
 SWEEP_MANIFEST = "sweep.json"
 SWEEP_LOCK = ".sweep.json.lock"  # two sweeps writing into one sweep dir take turns

@@ -1,28 +1,37 @@
-"""slime's checkpoint layout, written so that a kill at any instant never yields a loadable half.
+"""slime's checkpoint layout, written so that a kill at any instant never yields a loadable half,
+and a writer that lost its run's lease never publishes.
 
-    <save>/latest_checkpointed_iteration.txt         rollout_id of the last COMPLETE save (written last)
+    <save>/latest_checkpointed_iteration.txt         rollout_id of the last PUBLISHED save (written last)
     <save>/iter_{rollout_id:07d}/model.pt            weights
                                  optimizer.pt        optimizer state (absent with --no-save-optim)
                                  scheduler.pt        LR scheduler state
                                  rng.pt              python / numpy / torch RNG states
-                                 meta.json           arch + rollout_id; written last inside the dir
-    <save>/rollout/global_dataset_state_dict_{rollout_id}.pt   data cursor
+                                 meta.json           arch + rollout_id
+                                 manifest.json       every file of the checkpoint with its size
+    <save>/rollout/global_dataset_state_dict_{rollout_id}.pt   data cursor (listed in the manifest)
+    <save>/publish.jsonl                             one line per publish: iteration, lease epoch, pid
 
-Every file is tmp + fsync + os.replace + fsync(dir); the tracker is the commit point, so an
-``iter_*`` newer than the tracker is never loaded. ``latest_complete`` needs only the stdlib.
+A save writes the iter dir under a staging name, checks the fence (trainstack/fence.py), writes
+the data cursor and the manifest, checks the fence, renames the staging dir into place, checks
+the fence and only then moves the tracker: the tracker is the commit point, and only the current
+lease holder moves it. What complete means is trainstack/checkpoints.py's one test.
 """
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from trainstack.checkpoints import TINY_COMPLETE, TRACKER, iter_name
-from trainstack.checkpoints import is_complete as _is_complete
+from trainstack import checkpoints as ck
+from trainstack.fence import Fence
+from trainstack.rundir.layout import MANIFEST, PUBLISH_LOG, TRACKER, iter_name
 
 RELEASE = "release"
+WRITER = "trainstack-tiny/1"
+LEGACY_FILES = ("model.pt", "meta.json")  # a `release` dir (init_model) carries no manifest
 
 
 def iter_dir(save_dir: str, rollout_id: int | str) -> str:
@@ -56,28 +65,29 @@ def atomic_write_bytes(data: bytes, path: str) -> None:
     _fsync_dir(os.path.dirname(path) or ".")
 
 
-def atomic_torch_save(obj: Any, path: str) -> None:
+def torch_bytes(obj: Any) -> bytes:
     import io
 
     import torch
 
     buf = io.BytesIO()
     torch.save(obj, buf)
-    atomic_write_bytes(buf.getvalue(), path)
+    return buf.getvalue()
+
+
+def atomic_torch_save(obj: Any, path: str) -> None:
+    atomic_write_bytes(torch_bytes(obj), path)
 
 
 def read_tracker(save_dir: str | None) -> Optional[str]:
-    if not save_dir:
-        return None
-    try:
-        with open(os.path.join(save_dir, TRACKER), encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    return ck.read_tracker(save_dir) if save_dir else None
 
 
 def is_complete(save_dir: str, rollout_id: int | str) -> bool:
-    return _is_complete(save_dir, RELEASE if rollout_id == RELEASE else int(rollout_id), markers=(TINY_COMPLETE,))
+    if rollout_id == RELEASE:
+        d = iter_dir(save_dir, RELEASE)
+        return all(os.path.exists(os.path.join(d, f)) for f in LEGACY_FILES)
+    return ck.is_complete(save_dir, int(rollout_id))
 
 
 def latest_complete(save_dir: str | os.PathLike) -> int | None:
@@ -123,28 +133,67 @@ def restore_rng(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, write_tracker: bool = True) -> str:
-    """Write iter dir file by file (meta.json last), then the tracker atomically."""
-    d = iter_dir(save_dir, rollout_id)
-    os.makedirs(d, exist_ok=True)
-    meta_path = os.path.join(d, "meta.json")
-    if os.path.exists(meta_path):  # re-saving the same id: un-complete it first
-        os.remove(meta_path)
-    atomic_torch_save(state.model, os.path.join(d, "model.pt"))
-    _slow_hook()
+def _write_file(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _state_files(state: TrainState) -> list[tuple[str, bytes]]:
+    files = [("model.pt", torch_bytes(state.model))]
     if state.optimizer is not None:
-        atomic_torch_save(state.optimizer, os.path.join(d, "optimizer.pt"))
-        _slow_hook()
+        files.append(("optimizer.pt", torch_bytes(state.optimizer)))
     if state.scheduler is not None:
-        atomic_torch_save(state.scheduler, os.path.join(d, "scheduler.pt"))
+        files.append(("scheduler.pt", torch_bytes(state.scheduler)))
     if state.rng is not None:
-        atomic_torch_save(state.rng, os.path.join(d, "rng.pt"))
-    _slow_hook()
-    atomic_write_bytes(json.dumps(state.meta, indent=1, sort_keys=True).encode(), meta_path)
-    if write_tracker:
+        files.append(("rng.pt", torch_bytes(state.rng)))
+    files.append(("meta.json", json.dumps(state.meta, indent=1, sort_keys=True).encode()))
+    return files
+
+
+def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, cursor: bytes | None = None,
+                    fence: Fence | None = None) -> str:
+    """Stage, fence, publish (see the module docstring). Raises trainstack.fence.Fenced, having
+    published nothing, when the run's lease was lost."""
+    os.makedirs(save_dir, exist_ok=True)
+    final = iter_dir(save_dir, rollout_id)
+    staging = os.path.join(save_dir, f".{os.path.basename(final)}.staging.{os.getpid()}.{secrets.token_hex(3)}")
+    os.makedirs(staging)
+    for name, data in _state_files(state):
+        _write_file(os.path.join(staging, name), data)
         _slow_hook()
-        atomic_write_bytes(str(rollout_id).encode(), os.path.join(save_dir, TRACKER))
-    return d
+    if rollout_id == RELEASE:  # initial weights (init_model): no run, no lease
+        os.replace(staging, final)
+        atomic_write_bytes(RELEASE.encode(), os.path.join(save_dir, TRACKER))
+        return final
+    n = int(rollout_id)
+    _check(fence)
+    sizes = {f"{iter_name(n)}/{name}": os.path.getsize(os.path.join(staging, name)) for name in os.listdir(staging)}
+    if cursor is not None:
+        atomic_write_bytes(cursor, os.path.join(save_dir, ck.data_cursor(n)))
+        sizes[ck.data_cursor(n)] = len(cursor)
+    manifest = ck.Manifest(n, dict(sorted(sizes.items())), WRITER, fence.epoch if fence else None)
+    _write_file(os.path.join(staging, MANIFEST), manifest.to_json().encode())
+    _fsync_dir(staging)
+    _slow_hook()
+    _check(fence)
+    if os.path.exists(final):  # an unpublished leftover of this id (a killed save): never mixed with this one
+        ck.move_aside(save_dir, [os.path.basename(final)])
+    os.replace(staging, final)
+    _fsync_dir(save_dir)
+    _slow_hook()
+    _check(fence)
+    atomic_write_bytes(str(n).encode(), os.path.join(save_dir, TRACKER))
+    with open(os.path.join(save_dir, PUBLISH_LOG), "a", encoding="utf-8") as f:
+        f.write(json.dumps({"iter": n, "epoch": fence.epoch if fence else None, "pid": os.getpid(),
+                            "time": time.time()}) + "\n")
+    return final
+
+
+def _check(fence: Fence | None) -> None:
+    if fence is not None:
+        fence.check()
 
 
 def load_checkpoint(path: str, step: int | str | None = None, *, load_optim: bool = True,
@@ -157,8 +206,9 @@ def load_checkpoint(path: str, step: int | str | None = None, *, load_optim: boo
         if step is None:
             raise FileNotFoundError(f"{path}: no {TRACKER}")
         step = step if step == RELEASE else int(step)
-    if not is_complete(path, step):
-        raise FileNotFoundError(f"{iter_dir(path, step)} is missing or incomplete (no meta.json/model.pt)")
+    why = None if step == RELEASE else ck.problem_of(path, int(step))
+    if why is not None or not is_complete(path, step):
+        raise FileNotFoundError(f"{iter_dir(path, step)} is not a complete checkpoint: {why or 'no model.pt/meta.json'}")
     d = iter_dir(path, step)
 
     def opt(name: str, want: bool):

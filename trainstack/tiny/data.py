@@ -96,15 +96,17 @@ class DataSource:
     # --- persistence: {dir}/rollout/global_dataset_state_dict_{rollout_id}.pt ---
     @staticmethod
     def state_path(ckpt_dir: str, rollout_id: int) -> str:
-        return os.path.join(ckpt_dir, "rollout", f"global_dataset_state_dict_{rollout_id}.pt")
+        from trainstack.checkpoints import data_cursor
 
-    def save(self, ckpt_dir: str, rollout_id: int) -> None:
-        if self.base is None:  # slime: nothing to save without the global dataset
-            return
+        return os.path.join(ckpt_dir, data_cursor(rollout_id))
 
-        from .checkpoint import atomic_torch_save
+    def cursor_bytes(self) -> bytes | None:
+        """The cursor as saved with a checkpoint (None without the global dataset, as slime)."""
+        if self.base is None:
+            return None
+        from .checkpoint import torch_bytes
 
-        atomic_torch_save(asdict(self.state), self.state_path(ckpt_dir, rollout_id))
+        return torch_bytes(asdict(self.state))
 
     def load(self, ckpt_dir: str | None, rollout_id: int) -> bool:
         if self.base is None or ckpt_dir is None or rollout_id < 0:

@@ -201,15 +201,17 @@ def _periodic(rollout_id: int, interval, per_epoch, num_rollout) -> bool:
 
 
 def save(args, pol: Policy, data, rollout_id: int) -> None:
+    """Publish a checkpoint (weights, optimizer, scheduler, RNG, data cursor) if this process still
+    holds the run's lease; raises Fenced, publishing nothing, if it does not."""
+    from trainstack.fence import Fence
+
     from .checkpoint import TrainState, capture_rng, save_checkpoint
 
     meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": "trainstack-tiny/1"}
-    # the data cursor first: the tracker (written last by save_checkpoint) commits both
-    data.save(args.save, rollout_id)
     state = TrainState(model=pol.model.state_dict(),
                        optimizer=None if args.no_save_optim else pol.optimizer.state_dict(),
                        scheduler=pol.scheduler.state_dict(), rng=capture_rng(), meta=meta)
-    save_checkpoint(args.save, rollout_id, state)
+    save_checkpoint(args.save, rollout_id, state, cursor=data.cursor_bytes(), fence=Fence.from_env())
 
 
 def run(args, ignored: list[str]) -> int:
@@ -313,6 +315,8 @@ class _StopRequest:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainstack.fence import EXIT_FENCED, Fenced
+
     from .cli import main_parse
 
     try:
@@ -320,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(parsed.args, parsed.ignored)
     except ConfigErrors as e:
         report_and_exit(e)
+    except Fenced as e:
+        _say(f"stopping without publishing a checkpoint: {e}")
+        return EXIT_FENCED
 
 
 if __name__ == "__main__":

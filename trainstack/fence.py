@@ -1,0 +1,92 @@
+"""Fencing at the write: a trainer proves it still holds its run's lease before a checkpoint
+becomes visible, so a superseded writer (a frozen launcher's trainer, a stale pod) never publishes.
+
+The lifecycle that holds the lease passes it to the trainer's process group in the environment
+(the lease file, the holder's token and epoch). A check passes when `lease.json` still carries
+our token and stays valid for at least `margin_s` more seconds: nobody can take a lease over
+before it expires, so a write that finishes inside the margin cannot race a new holder's writes.
+Stdlib only: the tiny trainer and the process-group guard import it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+
+ENV_FILE = "TRAINSTACK_LEASE_FILE"
+ENV_TOKEN = "TRAINSTACK_LEASE_TOKEN"
+ENV_EPOCH = "TRAINSTACK_LEASE_EPOCH"
+ENV_MARGIN = "TRAINSTACK_FENCE_MARGIN_S"
+DEFAULT_MARGIN_S = 5.0
+EXIT_FENCED = 75  # a trainer that lost its lease stops with this code, having published nothing (EX_TEMPFAIL)
+
+
+class Fenced(Exception):
+    """This writer no longer holds the lease: stop without publishing."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    lease_file: str
+    token: str
+    epoch: int
+    margin_s: float = DEFAULT_MARGIN_S
+
+    @classmethod
+    def from_env(cls, env: "os._Environ[str] | dict[str, str] | None" = None) -> "Fence | None":
+        env = os.environ if env is None else env
+        if not env.get(ENV_FILE) or not env.get(ENV_TOKEN):
+            return None
+        try:
+            return cls(env[ENV_FILE], env[ENV_TOKEN], int(env.get(ENV_EPOCH, "0")),
+                       float(env.get(ENV_MARGIN, DEFAULT_MARGIN_S)))
+        except ValueError:
+            return None
+
+    def to_env(self) -> dict[str, str]:
+        return {ENV_FILE: self.lease_file, ENV_TOKEN: self.token, ENV_EPOCH: str(self.epoch),
+                ENV_MARGIN: str(self.margin_s)}
+
+    def read(self) -> dict | None:
+        try:
+            with open(self.lease_file, encoding="utf-8") as f:
+                data = json.load(f)
+            return data if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            return None
+
+    def superseded(self, record: dict | None = None) -> str | None:
+        """Another holder (or none) owns the lease now: never write again."""
+        rec = self.read() if record is None else record
+        if rec is None:
+            return "the lease file is gone or unreadable"
+        if rec.get("token") != self.token:
+            return (f"lease epoch {self.epoch} was superseded by epoch {rec.get('epoch')} "
+                    f"(host {rec.get('host')}, pid {rec.get('pid')})")
+        return None
+
+    def problem(self, margin_s: float | None = None, now: float | None = None) -> str | None:
+        """Why this writer must not publish now (None: it may, for at least the margin)."""
+        rec = self.read()
+        why = self.superseded(rec)
+        if why or rec is None:
+            return why
+        margin = self.margin_s if margin_s is None else margin_s
+        left = float(rec.get("expires_at", 0)) - (time.time() if now is None else now)
+        if left < margin:
+            return (f"lease epoch {self.epoch} expires in {left:.1f} s (its holder stopped renewing it; "
+                    f"a write needs {margin:.0f} s)")
+        return None
+
+    def check(self) -> None:
+        why = self.problem()
+        if why:
+            raise Fenced(why)
+
+
+def check_from_env() -> None:
+    """Raise Fenced when this process runs under a lease it no longer holds (no lease: no fence)."""
+    fence = Fence.from_env()
+    if fence is not None:
+        fence.check()

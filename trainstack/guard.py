@@ -1,0 +1,212 @@
+"""`python -m trainstack.guard [options] -- TRAINER ARGV`: the first process of a trainer's process
+group, and its watchdog.
+
+The lifecycle (or a Ray job) starts the guard; the guard starts the trainer in its own process
+group and stays there, so it works even when the launcher is frozen (SIGSTOP, Ctrl-Z) or dead:
+
+- fencing: the run's lease travels in the environment (trainstack/fence.py). When another holder
+  takes the lease, the group is killed at once; when the lease is about to expire because its
+  holder stopped renewing it, the trainer gets SIGTERM (a final checkpoint) and is killed before
+  the lease can expire, so no new holder ever races it.
+- launcher gone (`--parent`): the trainer gets SIGTERM and its grace period, then SIGKILL.
+- no orphans: when the trainer exits, whatever it started that is still in the group (reward
+  servers, plugin subprocesses) is terminated, then killed.
+- logs: the trainer's output always goes to `--log`; echoing it to our stdout never blocks (a
+  reader that stops reading, or a closed pipe, loses console lines, never training time).
+- secrets: `--secrets FILE` (mode 0600, JSON) is read into the trainer's environment, so they
+  never travel through argv or a job system's logged environment.
+
+Exit code: the trainer's; 128+N when it died of signal N; trainstack.fence.EXIT_FENCED when the
+guard stopped it for the lease.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from trainstack.fence import EXIT_FENCED, Fence
+
+POLL_S = 0.25
+
+
+def _say(msg: str, log) -> None:
+    line = f"[trainstack guard {os.getpid()}] {msg}\n".encode()
+    for out in (log, None):
+        try:
+            if out is None:
+                os.write(2, line)
+            else:
+                out.write(line)
+                out.flush()
+        except OSError:
+            pass
+
+
+def _ancestors() -> set[int]:
+    """This process and its ancestors (a job system's wrapper shell may share our group)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+                stat = f.read()
+            pid = int(stat[stat.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def signal_group(sig: int, keep: set[int]) -> int:
+    """Send `sig` to every live member of our process group but `keep`; how many were signalled."""
+    from trainstack.lease import group_members
+
+    n = 0
+    for pid in group_members(os.getpgrp()):
+        if pid in keep:
+            continue
+        try:
+            os.kill(pid, sig)
+            if sig == signal.SIGTERM:
+                os.kill(pid, signal.SIGCONT)  # a stopped process must wake up to handle it
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return n
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Guard:
+    def __init__(self, argv: list[str], log_path: str | None, grace_s: float, parent: int | None,
+                 secrets_file: str | None, cwd: str | None):
+        self.argv = argv
+        self.grace_s = grace_s
+        self.parent = parent
+        self.fence = Fence.from_env()
+        self.log = None
+        if log_path:
+            try:
+                self.log = open(log_path, "ab")
+            except OSError as ex:  # a run dir this host cannot write (a remote job): console only
+                _say(f"cannot write {log_path} ({ex}); the trainer's output goes to stdout only", None)
+        self.keep = _ancestors()
+        self.stop_reason: str | None = None
+        self.fenced = False
+        self.deadline: float | None = None
+        self.echo = True
+        env = dict(os.environ)
+        if secrets_file:
+            with open(secrets_file, encoding="utf-8") as f:  # missing: fail before the trainer starts
+                env.update({str(k): str(v) for k, v in json.load(f).items()})
+        try:
+            os.set_blocking(1, False)
+        except OSError:
+            pass
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                     preexec_fn=_die_with_parent)
+        self.keep.discard(self.proc.pid)
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, b""):
+            if self.log is not None:
+                try:
+                    self.log.write(line)
+                    self.log.flush()
+                except OSError:
+                    pass
+            if self.echo:
+                try:
+                    os.write(1, line)
+                except BlockingIOError:
+                    pass  # the reader is not reading: drop console output, keep training
+                except OSError:
+                    self.echo = False  # closed pipe: the log keeps everything
+
+    def request_stop(self, reason: str, hard: bool) -> None:
+        if hard and not self.fenced:
+            self.fenced = True
+            _say(f"stopping the trainer now: {reason}", self.log)
+            signal_group(signal.SIGKILL, self.keep)
+            return
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            _say(f"stopping the trainer (SIGTERM, {self.grace_s:.0f} s grace): {reason}", self.log)
+            signal_group(signal.SIGTERM, self.keep)
+            self.deadline = time.monotonic() + self.grace_s
+
+    def on_signal(self, signum: int, _frame) -> None:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.grace_s
+        try:
+            os.kill(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def watch(self) -> None:
+        margin = (self.fence.margin_s if self.fence else 0) + self.grace_s + 2 * POLL_S + 1
+        while self.proc.poll() is None:
+            if self.parent is not None and os.getppid() != self.parent:
+                self.request_stop(f"its launcher (pid {self.parent}) is gone", hard=False)
+            if self.fence is not None and not self.fenced:
+                why = self.fence.superseded()
+                if why:
+                    self.request_stop(why, hard=True)
+                elif self.stop_reason is None and (why := self.fence.problem(margin_s=margin)):
+                    self.request_stop(why, hard=False)
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                signal_group(signal.SIGKILL, self.keep)
+            time.sleep(POLL_S)
+
+    def finish(self) -> int:
+        code = self.proc.wait()
+        if signal_group(signal.SIGTERM, self.keep):  # orphans of the trainer: reward servers, plugin children
+            end = time.monotonic() + 2.0
+            while time.monotonic() < end and signal_group(0, self.keep):
+                time.sleep(0.05)
+            signal_group(signal.SIGKILL, self.keep)
+        self.pump.join(timeout=5)
+        if self.fenced or (self.fence is not None and self.stop_reason and self.fence.superseded()):
+            return EXIT_FENCED
+        return 128 - code if code < 0 else code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("usage: python -m trainstack.guard [--log F] [--grace S] [--parent PID] [--secrets F] [--cwd D] "
+              "-- TRAINER ARGV", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    p = argparse.ArgumentParser(prog="trainstack.guard")
+    p.add_argument("--log")
+    p.add_argument("--grace", type=float, default=30.0)
+    p.add_argument("--parent", type=int)
+    p.add_argument("--secrets")
+    p.add_argument("--cwd")
+    opts = p.parse_args(argv[:split])
+    guard = Guard(argv[split + 1:], opts.log, opts.grace, opts.parent, opts.secrets, opts.cwd)
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, guard.on_signal)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    guard.watch()
+    return guard.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
