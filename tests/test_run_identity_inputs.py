@@ -23,12 +23,15 @@ def test_longest_allowed_run_id_is_accepted():
     ("resume.lease_ttl_s=0", "resume.lease_ttl_s"), ("resume.lease_ttl_s=-5", "resume.lease_ttl_s"),
     ("resume.lease_ttl_s=0.5", "resume.lease_ttl_s"), ("resume.lease_ttl_s=inf", "resume.lease_ttl_s"),
     ("resume.grace_s=-1", "resume.grace_s"), ("resume.grace_s=nan", "resume.grace_s"),
+    ("resume.lease_ttl_s=60", "resume.lease_ttl_s"),  # too short for the default 30 s grace (>= 96)
+    ("resume.lease_ttl_s=10 resume.grace_s=5", "resume.lease_ttl_s"),
 ])
 def test_lease_ttl_and_grace_are_checked(override, key):
     with pytest.raises(ConfigErrors) as err:
-        build_from_overrides([override])
+        build_from_overrides(override.split())
     assert key in [e.key for e in err.value.errors]
 
 
 def test_default_lease_settings_pass():
-    build_from_overrides(["resume.lease_ttl_s=5", "resume.grace_s=0"])
+    build_from_overrides(["resume.lease_ttl_s=6", "resume.grace_s=0"])
+    build_from_overrides(["resume.lease_ttl_s=96"])

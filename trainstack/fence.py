@@ -22,6 +22,17 @@ DEFAULT_MARGIN_S = 5.0
 EXIT_FENCED = 75  # a trainer that lost its lease stops with this code, having published nothing (EX_TEMPFAIL)
 
 
+def margin_for(ttl_s: float) -> float:
+    """How long a lease must stay valid for a write to start: covers the write and clock skew."""
+    return min(DEFAULT_MARGIN_S, max(0.2, ttl_s / 20.0))
+
+
+def min_lease_ttl(grace_s: float) -> float:
+    """The smallest TTL with which a healthy holder (renewing every ttl/4, one renewal late at most)
+    never has its trainer stopped by the guard, which stops it grace + margin before expiry."""
+    return max(2.0, 3.0 * (grace_s + 2.0))
+
+
 class Fenced(Exception):
     """This writer no longer holds the lease: stop without publishing."""
 

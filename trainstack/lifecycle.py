@@ -20,9 +20,9 @@ import sys
 from typing import Callable, Protocol
 
 from trainstack.checkpoints import inspect, plan_recovery
-from trainstack.fence import EXIT_FENCED, Fence
+from trainstack.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.lease import Lease, LeaseHeld
-from trainstack.resume import FINISHED, RESUME, ResumePlan, plan
+from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
 from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
@@ -49,7 +49,8 @@ def trainer_env(spec: RunSpec, rundir: RunDir, lease: Lease | None = None) -> di
     env = {**os.environ, **spec.slime_command().env, "TRAINSTACK_METRICS_FILE": str(rundir.metrics_file),
            "TRAINSTACK_RUN_ID": spec.run_id}
     if lease is not None:
-        env.update(Fence(str(lease.path), lease.record.token, lease.record.epoch).to_env())
+        env.update(Fence(str(lease.path), lease.record.token, lease.record.epoch,
+                         margin_for(lease.record.ttl_s)).to_env())
     if spec.args.get("use_wandb") and not os.environ.get("WANDB_API_KEY") and not spec.args.get("wandb_mode"):
         env["WANDB_MODE"] = "offline"
     return env
@@ -116,6 +117,7 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         return EXIT_BUSY
     try:
         resume_plan = plan(spec, rundir)  # may raise ConfigErrors: reported by the caller, lease released below
+        check_inputs_here(spec, resuming=resume_plan.action == RESUME)
         return _run_with_lease(spec, rundir, lease, resume_plan, start)
     finally:
         lease.release()

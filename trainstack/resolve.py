@@ -340,17 +340,15 @@ def drop_preset_sglang_dests(merged: dict[str, Any], provenance: dict[str, str],
     return dropped
 
 
-# Paths whose *names* identify what is trained (the base model, the data) though their
-# location does not: hashed by basename.
-IDENTITY_PATH_DESTS = ("hf_checkpoint", "ref_load", "prompt_data")
-
-
 def config_hash(args: dict[str, Any], extra: dict[str, Any]) -> str:
+    """The run_id digest: every training-relevant dest, input paths in full (docs/resume.md)."""
+    from trainstack.identity import INPUT_DESTS
+
     relevant = {k: v for k, v in args.items()
                 if v is not None and k not in NON_TRAINING_DESTS and not k.startswith(NON_TRAINING_PREFIXES)}
-    for dest in IDENTITY_PATH_DESTS:
+    for dest in INPUT_DESTS:
         if isinstance(args.get(dest), str):
-            relevant[dest] = os.path.basename(args[dest].rstrip("/"))
+            relevant[dest] = os.path.normpath(args[dest])
     blob = json.dumps({"args": relevant, **extra}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
 
@@ -374,21 +372,72 @@ def default_save_interval(args: dict[str, Any]) -> int:
     return DEFAULT_SAVE_INTERVAL
 
 
+# Dests trainstack owns: what a run loads and where it saves are its identity (the resume plan
+# reads exactly what the trainer loads). Each with the way to do what the user wanted.
+MANAGED_DESTS = {
+    "save": "checkpoints always go to <paths.runs_root>/<run_id>/checkpoints; set paths.runs_root to move them",
+    "load": "a run resumes from its own checkpoints; to start from other weights use model.ref_load=DIR "
+            "(slime loads it when the run has no checkpoint yet)",
+    "ckpt_step": "a run resumes from its latest complete checkpoint; to start from an older one, start a new run "
+                 "with model.ref_load=<dir of that checkpoint>",
+    "start_rollout_id": "a resume continues where the checkpoint ends (slime derives it); raise env.num_rollout "
+                        "to train longer",
+}
+
+
 def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
-    """Turn a composed config into a ResolvedRun or raise ConfigErrors listing every problem."""
+    """Turn a composed config into a ResolvedRun or raise ConfigErrors listing every problem.
+
+    Steps, each a function of its own: the plain tree -> typed sections and dest layers -> one
+    value per dest (precedence, cluster derivation) -> dest checks (types, secrets, managed dests)
+    -> absolute paths -> identity (name, run_id, run dir) -> trainstack-managed dests."""
+    tree = plain_tree(cfg)
+    typed, layers, meta = typed_sections(tree, origin)
+    cluster: ClusterSpec = typed["cluster"]
+    merged, provenance, layer_of = merge_dests(layers, cluster, origin)
+    check_dests(merged, provenance, layer_of, tree, origin)
+    absolute_dest_paths(merged, origin.cwd)
+    paths: PathsSpec = typed["paths"]
+    paths = PathsSpec(**{k: absolute(getattr(paths, k), origin.cwd) for k in ("runs_root", "models_root", "data_root")})
+    slime: SlimeSpec = typed["slime"]
+    slime = SlimeSpec(root=absolute(slime.root, origin.cwd),
+                      megatron_root=absolute(slime.megatron_root, origin.cwd) if slime.megatron_root else None,
+                      entrypoint=slime.entrypoint)
+    entrypoint = slime.entrypoint or meta.get("algo", {}).get("entrypoint") or "train.py"
+    runtime_env: RuntimeEnvSpec = typed["runtime_env"]
+    runtime_env = RuntimeEnvSpec(env_vars={str(k): str(v) for k, v in runtime_env.env_vars.items()},
+                                 pythonpath=[absolute(p, origin.cwd) for p in runtime_env.pythonpath])
+    name, run_id = run_identity(tree, merged, entrypoint, cluster, origin)
+    run_dir = str(Path(paths.runs_root) / run_id)
+    tracking: TrackingSpec = typed["tracking"]
+    add_managed_dests(merged, provenance, layer_of, run_id, run_dir, name, tracking)
+    return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
+                       paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
+                       origin=origin, config=tree, run_dir=run_dir, layer_of=layer_of,
+                       resume=typed["resume"], tracking=tracking)
+
+
+def plain_tree(cfg: Any) -> dict[str, Any]:
+    """The composed config as plain containers; a broken ${...} names its key, never a traceback."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    table = at.load_table()
-    errors: list[ConfigError] = []
     try:
         tree: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except OmegaConfBaseException as ex:  # a broken ${...}: name the key, never a traceback
+    except OmegaConfBaseException as ex:
         key = getattr(ex, "full_key", "") or "config"
         raise ConfigErrors([ConfigError(str(key), f"cannot resolve: {getattr(ex, 'msg', ex)}",
                                         "fix the interpolation or set the value it points to")]) from None
     tree.pop("hydra", None)
+    return tree
 
+
+def typed_sections(tree: dict[str, Any], origin: Origin
+                   ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, dict]]:
+    """Root keys and scalars checked, typed sections built, dest namespaces split into layers and
+    meta blocks (unknown dests refused with a did-you-mean)."""
+    table = at.load_table()
+    errors: list[ConfigError] = []
     for key in tree:
         if key not in ROOT_KEYS:
             errors.append(unknown_key_error(key, ROOT_KEYS - {"hydra"}, "", origin.source_of(key)))
@@ -396,7 +445,6 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
         if key in tree and not check_value(tp, tree[key]):
             errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})", f"set {key} correctly",
                                       value=tree[key], source=origin.source_of(key)))
-
     typed: dict[str, Any] = {}
     for section, cls in ROOT_SECTIONS.items():
         node = tree.get(section) or {}
@@ -406,8 +454,6 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
         obj, errs = to_typed(cls, node, f"{section}.", origin.source_of)
         typed[section] = obj
         errors += errs
-
-    # Flat dest layers.
     layers: dict[str, dict[str, Any]] = {}
     meta: dict[str, dict] = {}
     for ns in DEST_NAMESPACES:
@@ -426,70 +472,99 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
                     source=origin.source_of(f"{ns}.{dest}")))
                 node.pop(dest)
         layers[ns] = node
-
-    cluster: ClusterSpec | None = typed.get("cluster")
-    paths: PathsSpec | None = typed.get("paths")
-    if errors or cluster is None or paths is None:
+    if errors or typed.get("cluster") is None or typed.get("paths") is None:
         raise ConfigErrors(errors)
+    return typed, layers, meta
 
+
+def merge_dests(layers: dict[str, dict[str, Any]], cluster: ClusterSpec, origin: Origin
+                ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """One value per dest: precedence by who said it, then values derived from the cluster where
+    nobody said anything, engine defaults dropped in train-only runs, append values normalised."""
+    table = at.load_table()
     merged, provenance, layer_of = merge_layers(layers, origin)
-    derived, derr = derive_cluster_args(cluster, merged)
-    errors += derr
+    derived, errors = derive_cluster_args(cluster, merged)
+    if errors:
+        raise ConfigErrors(errors)
     for dest, value in derived.items():
-        if dest not in merged:  # anything a config file or the command line says wins over derivation
+        if dest not in merged:
             merged[dest] = value
             layer_of[dest] = "args"
             provenance[dest] = (f"derived from cluster={cluster.name} "
                                 f"(conf/cluster/{origin.choices.get('cluster')}.yaml)")
-
     drop_preset_sglang_dests(merged, provenance, table)
     for dest in merged:
         merged[dest] = normalise_append(table[dest], merged[dest])
+    return merged, provenance, layer_of
 
-    # Types and choices, against slime's table.
+
+def secret_paths(node: Any, prefix: str) -> list[str]:
+    """Dotted paths of secret-named keys holding a value, at any depth (lists, maps, JSON dests)."""
+    out: list[str] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if is_secret_name(str(k)) and v not in (None, "", [], {}) and not isinstance(v, bool):
+                out.append(path)
+            else:
+                out += secret_paths(v, path)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += secret_paths(v, f"{prefix}[{i}]")
+    return out
+
+
+def _secret_fix(path: str) -> str:
+    leaf = path.rsplit(".", 1)[-1].split("[")[0]
+    env_name = "WANDB_API_KEY" if leaf.startswith("wandb") else leaf.upper()
+    return (f"export {env_name}=... in the launching shell instead; trainstack forwards WANDB_API_KEY, HF_TOKEN "
+            "and the like to the trainer from the environment (never through files or the command line)")
+
+
+def check_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: dict[str, str], tree: dict[str, Any],
+                origin: Origin) -> None:
+    """Types and choices against slime's table; no secret anywhere in the config; no managed dest."""
+    table = at.load_table()
+    errors: list[ConfigError] = []
     for dest, value in merged.items():
         errors += check_dest_value(table[dest], value, f"{layer_of[dest]}.{dest}", provenance[dest])
-
-    # Secrets never live in configs: they would land in saved configs and printed commands.
     for dest, value in merged.items():
-        if value and is_secret_name(dest) and isinstance(value, str):
-            env_name = "WANDB_API_KEY" if dest.startswith("wandb") else dest.upper()
-            errors.append(ConfigError(
-                f"{layer_of[dest]}.{dest}", "secrets must not be put in configs (they end up in saved "
-                "configs, logs and command lines)", f"export {env_name}=... in the launching shell instead; "
-                "trainstack passes it through the runtime environment", value="<redacted>",
-                source=provenance[dest]))
-    for name, value in (tree.get("runtime_env") or {}).get("env_vars", {}).items():
-        if value and is_secret_name(str(name)):
-            errors.append(ConfigError(
-                f"runtime_env.env_vars.{name}", "secrets must not be put in configs (they end up in saved "
-                "configs, logs and command lines)", f"export {name}=... in the launching shell instead; trainstack "
-                "forwards it to the trainer from the environment", value="<redacted>",
-                source=origin.source_of(f"runtime_env.env_vars.{name}")))
+        found = ([dest] if is_secret_name(dest) and value not in (None, "", [], {}) and not isinstance(value, bool)
+                 else secret_paths(value, dest))
+        for path in found:
+            errors.append(ConfigError(f"{layer_of[dest]}.{path}", "secrets must not be put in configs (they end up "
+                                      "in saved configs, logs and command lines)", _secret_fix(path),
+                                      value="<redacted>", source=provenance[dest].split(" (over ")[0]))
+    for section in (k for k in tree if k not in DEST_NAMESPACES):
+        for path in secret_paths(tree[section], section):
+            errors.append(ConfigError(path, "secrets must not be put in configs (they end up in saved configs, "
+                                      "logs and command lines)", _secret_fix(path), value="<redacted>",
+                                      source=origin.source_of(path.split("[")[0])))
+    for dest, fix in MANAGED_DESTS.items():
+        if merged.get(dest) is not None:
+            errors.append(ConfigError(f"{layer_of[dest]}.{dest}", "is managed by trainstack (the resume plan must "
+                                      "read exactly what the trainer loads)", fix, value=merged[dest],
+                                      source=provenance[dest]))
     if errors:
         raise ConfigErrors(errors)
 
-    # Absolute paths.
+
+def absolute_dest_paths(merged: dict[str, Any], cwd: str) -> None:
+    """Every path dest absolute (Ray workers and SLURM jobs run in other directories)."""
     for dest in list(merged):
         v = merged[dest]
         if v is None:
             continue
         if dest in PATH_DESTS:
-            merged[dest] = absolute(v, origin.cwd)
+            merged[dest] = absolute(v, cwd)
         elif dest in PAIRED_PATH_DESTS and isinstance(v, list):
-            merged[dest] = [absolute(x, origin.cwd) if i % 2 == 1 or len(v) == 1 else x for i, x in enumerate(v)]
-    paths = PathsSpec(**{k: absolute(getattr(paths, k), origin.cwd) for k in ("runs_root", "models_root", "data_root")})
-    slime: SlimeSpec = typed["slime"]
-    slime = SlimeSpec(root=absolute(slime.root, origin.cwd),
-                      megatron_root=absolute(slime.megatron_root, origin.cwd) if slime.megatron_root else None,
-                      entrypoint=slime.entrypoint)
-    entrypoint = slime.entrypoint or meta.get("algo", {}).get("entrypoint") or "train.py"
-    runtime_env: RuntimeEnvSpec = typed["runtime_env"]
-    runtime_env = RuntimeEnvSpec(env_vars={str(k): str(v) for k, v in runtime_env.env_vars.items()},
-                                 pythonpath=[absolute(p, origin.cwd) for p in runtime_env.pythonpath])
+            merged[dest] = [absolute(x, cwd) if i % 2 == 1 or len(v) == 1 else x for i, x in enumerate(v)]
 
-    name = tree.get("name") or "-".join(
-        str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
+
+def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, cluster: ClusterSpec,
+                 origin: Origin) -> tuple[str, str]:
+    """(name, run_id): run_id is given, or `<name>-<hash of the training-relevant config>`."""
+    name = tree.get("name") or "-".join(str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
     digest = config_hash(merged, {"entrypoint": entrypoint, "backend": cluster.backend})
     run_id = tree.get("run_id") or f"{name}-{digest}"
     bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -502,12 +577,13 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
                                         f"or '..', and at most {MAX_RUN_ID} characters)",
                                         "use letters, digits, '.', '_' and '-'", value=run_id[:200],
                                         source=origin.source_of("run_id"))])
-    run_dir = str(Path(paths.runs_root) / run_id)
+    return name, run_id
 
-    # Run identity, managed by trainstack wherever the user did not set the dest:
-    # --load = --save = the run's checkpoint dir (the tracker file decides resume), metrics in the
-    # run dir, one W&B run per run_id (ids go in the env, see render.runtime_env).
-    tracking: TrackingSpec = typed["tracking"]
+
+def add_managed_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: dict[str, str], run_id: str,
+                      run_dir: str, name: str, tracking: TrackingSpec) -> None:
+    """Run identity, managed by trainstack: --load = --save = the run's checkpoint dir (the tracker
+    decides resume), a save interval, TensorBoard in the run dir, one W&B run per run_id."""
     managed: dict[str, Any] = {"save": str(Path(run_dir) / "checkpoints"), "load": str(Path(run_dir) / "checkpoints"),
                                "save_interval": default_save_interval(merged)}
     if tracking.tensorboard:
@@ -517,17 +593,12 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
         if tracking.wandb_project:
             managed["wandb_project"] = tracking.wandb_project
     for dest, value in managed.items():
-        if dest not in merged:
+        if dest not in merged or dest in ("save", "load"):
             merged[dest] = value
             provenance[dest] = (f"trainstack default (min({DEFAULT_SAVE_INTERVAL}, num_rollout // {SAVES_PER_RUN}); "
                                 "set args.save_interval to change)" if dest == "save_interval"
                                 else f"trainstack: run identity of {run_id}")
             layer_of[dest] = "args"
-
-    return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
-                       paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
-                       origin=origin, config=tree, run_dir=run_dir, layer_of=layer_of,
-                       resume=typed["resume"], tracking=tracking)
 
 
 def wandb_run_id(run_id: str) -> str:

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 from trainstack.checkpoints import CheckpointState, inspect
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES
-from trainstack.rundir import RunDir
+from trainstack.identity import input_changes, inputs_of
+from trainstack.rundir import RunDir, layout
 from trainstack.schema import ResumeSpec
 
 
@@ -24,6 +25,7 @@ class PlannedRun(Protocol):
     run_dir: str
     args: dict[str, Any]
     resume: ResumeSpec
+    inputs: dict[str, Any]
 
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 
@@ -64,6 +66,7 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
         changes = config_changes(stored, run.args)
+        changes.update(input_changes((rundir.read(layout.SPEC) or {}).get("inputs") or {}, run.inputs))
         refused = {k: v for k, v in changes.items() if k not in run.resume.allow_changes}
         if refused and mode != "never":
             rows = {f"{k}": f"{old!r} -> {new!r}" for k, (old, new) in refused.items()}
@@ -89,3 +92,21 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
     if isinstance(num_rollout, int) and num_rollout <= start:
         return ResumePlan(FINISHED, state, start, num_rollout, changes)
     return ResumePlan(RESUME, state, start, num_rollout, changes)
+
+
+def check_inputs_here(run: PlannedRun, resuming: bool) -> None:
+    """On the host that executes: the inputs must still be what the spec was resolved with (a data
+    file edited while a job waited in the queue would silently change a resumed run)."""
+    if not resuming or not run.inputs:
+        return
+    here = {d: rec for d, rec in inputs_of({d: r["path"] for d, r in run.inputs.items()}).items()
+            if rec["fingerprint"] is not None}
+    recorded = {d: r for d, r in run.inputs.items() if d in here and r.get("fingerprint") is not None}
+    changed = input_changes(recorded, {d: here[d] for d in recorded})
+    refused = {k: v for k, v in changed.items() if k not in run.resume.allow_changes}
+    if refused:
+        raise ConfigErrors([ConfigError(
+            "run_id", f"the inputs of run {run.run_id} changed since it was submitted; resuming would continue "
+            "training on other data or weights", f"restore them, or allow it with "
+            f"resume.allow_changes=[{','.join(refused)}] (relaunch from the config)", value=run.run_id,
+            source=run.run_dir, related={k: f"{a} -> {b}" for k, (a, b) in refused.items()})])

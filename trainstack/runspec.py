@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainstack import secrets
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.identity import inputs_of
 from trainstack.rundir import layout
 from trainstack.schema import ClusterSpec, ResumeSpec
 
@@ -68,6 +69,7 @@ class RunSpec:
     provenance: Provenance
     spec_version: int = SPEC_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # launcher facts (e.g. a SLURM job) added later
+    inputs: dict[str, Any] = field(default_factory=dict)  # input dest -> path + content fingerprint (identity.py)
 
     # --- made from a resolved run ---------------------------------------------------------
     @classmethod
@@ -80,7 +82,8 @@ class RunSpec:
                    data_prepare=run.meta.get("env", {}).get("prepare"), data_root=run.paths.data_root,
                    config=secrets.redact(run.config), choices=dict(run.origin.choices),
                    overrides=[secrets.redact_override(o.lstrip("+")) for o in run.origin.overrides],
-                   provenance=make_provenance(cmd.meta.get("slime_commit", ""), run.origin.cwd))
+                   provenance=make_provenance(cmd.meta.get("slime_commit", ""), run.origin.cwd),
+                   inputs=inputs_of(run.args))
 
     # --- what the lifecycle reads ---------------------------------------------------------
     def slime_command(self) -> "SlimeCommand":

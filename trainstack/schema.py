@@ -86,7 +86,7 @@ class ResumeSpec:
 
     mode: str = "auto"  # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none
     allow_changes: list = field(default_factory=list)  # training-relevant dests allowed to differ on resume
-    lease_ttl_s: float = 60.0  # one writer per run: a dead holder's lease is taken over after this
+    lease_ttl_s: float = 120.0  # one writer per run: a dead holder's lease is taken over after this (>= 3 x (grace_s + 2))
     grace_s: float = 30.0  # after SIGINT/SIGTERM, time for a final checkpoint before the group is killed
 
     CHOICES = {"mode": ("auto", "never", "must")}

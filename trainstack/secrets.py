@@ -3,6 +3,7 @@ an argv is shown without them. Secrets come from the environment at run time and
 written to a run dir, a log or a printed command."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -44,7 +45,51 @@ def public_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not is_secret_name(k)}
 
 
+_NAME_SEP = re.compile(r"([A-Za-z_+~][\w.+~-]*)(\s*[:=]\s*)")
+_CLOSE = {"[": "]", "{": "}", "(": ")"}
+
+
+def _value_end(text: str, i: int) -> int:
+    """End of the value starting at text[i]: a balanced group, a quoted string or a bare token."""
+    if i >= len(text):
+        return i
+    c = text[i]
+    if c in _CLOSE:
+        depth, j = 0, i
+        while j < len(text):
+            if text[j] in _CLOSE:
+                depth += 1
+            elif text[j] in _CLOSE.values():
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        return len(text)
+    if c in "\"'":
+        j = text.find(c, i + 1)
+        return len(text) if j < 0 else j + 1
+    m = re.compile(r"[^,}\])\s]*").match(text, i)
+    return m.end() if m else i
+
+
+def redact_text(text: str) -> str:
+    """Any `name=value` / `name: value` in free text (an override, a structured value, an error
+    message) with the value of a secret-named name hidden, however deep it sits."""
+    out, pos = [], 0
+    for m in _NAME_SEP.finditer(text):
+        if m.start() < pos:
+            continue
+        leaf = m.group(1).lstrip("+~").rsplit(".", 1)[-1]
+        if is_secret_name(leaf):
+            out.append(text[pos:m.end()] + REDACTED)
+            pos = _value_end(text, m.end())
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def redact_override(text: str) -> str:
-    """`key=value` as the user typed it, with a secret value hidden."""
+    """`key=value` as the user typed it, with every secret value in it hidden."""
     key, eq, _ = text.partition("=")
-    return f"{key}=<redacted>" if eq and is_secret_name(key.lstrip("+~").rsplit(".", 1)[-1]) else text
+    if eq and is_secret_name(key.lstrip("+~").rsplit(".", 1)[-1]):
+        return f"{key}={REDACTED}"
+    return redact_text(text)

@@ -381,21 +381,24 @@ def colocate_offload(ctx: Ctx) -> list[ConfigError]:
     return out
 
 
-MIN_LEASE_TTL_S = 1.0  # the holder renews every ttl/3: below this a busy host misses its own renewals
-
-
 @rule
 def lease_settings(ctx: Ctx) -> list[ConfigError]:
-    """A TTL of 0 would let any second launch take over a live run; grace must be a real duration."""
+    """A TTL of 0 would let any second launch take over a live run; a TTL too short for the grace
+    period would have the guard stop a healthy trainer (it stops it grace + margin before expiry)."""
+    from trainstack.fence import min_lease_ttl
+
     out = []
     ttl, grace = ctx.run.resume.lease_ttl_s, ctx.run.resume.grace_s
-    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl < MIN_LEASE_TTL_S:
-        out.append(ConfigError("resume.lease_ttl_s", f"must be a finite number of seconds >= {MIN_LEASE_TTL_S:g} "
-                               "(the holder renews every ttl/3; a smaller TTL lets a second launch take over a live "
-                               "run)", "use the default 60, or at least a few seconds", value=ttl))
-    if not isinstance(grace, (int, float)) or not math.isfinite(grace) or grace < 0:
+    grace_ok = isinstance(grace, (int, float)) and math.isfinite(grace) and grace >= 0
+    if not grace_ok:
         out.append(ConfigError("resume.grace_s", "must be a finite number of seconds >= 0",
                                "use the default 30", value=grace))
+    floor = min_lease_ttl(grace if grace_ok else 0.0)
+    if not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl < floor:
+        out.append(ConfigError("resume.lease_ttl_s", f"must be a finite number of seconds >= {floor:g} = 3 x "
+                               "(resume.grace_s + 2): the lease is renewed every ttl/4, and a trainer is stopped "
+                               "(with its grace period) before its lease can expire, so no second launch can take "
+                               "over a live run", f"use the default 120, or at least {floor:g}", value=ttl))
     return out
 
 

@@ -1,0 +1,135 @@
+"""Run identity (docs/resume.md): input paths count in full, their content is checked on resume and
+when a stored run executes, trainstack-managed dests cannot be overridden, secrets are refused in
+every form."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, files_under, run_py
+
+from trainstack.errors import ConfigErrors
+from trainstack.identity import fingerprint, input_changes, inputs_of
+from trainstack.pipeline import build_from_overrides
+
+SMALL = ["env.num_rollout=4", "args.save_interval=2", "env.rollout_batch_size=4", "env.n_samples_per_prompt=4",
+         "env.global_batch_size=16", "env.eval_interval=null"]
+
+
+def _arith(tmp_path):
+    from trainstack.tiny.arithmetic import prepare
+
+    prepare(tmp_path / "data")
+    return tmp_path / "data" / "arithmetic" / "train.jsonl"
+
+
+def test_input_paths_count_in_full_in_the_run_id():
+    a, _ = build_from_overrides(["env.prompt_data=/data/A/train.jsonl"])
+    b, _ = build_from_overrides(["env.prompt_data=/data/B/train.jsonl"])
+    assert a.run_id != b.run_id
+    v1, _ = build_from_overrides(["experiment=qwen3-4B-grpo-dapo", "model.hf_checkpoint=/models/v1/Qwen3-4B"])
+    v2, _ = build_from_overrides(["experiment=qwen3-4B-grpo-dapo", "model.hf_checkpoint=/models/v2/Qwen3-4B"])
+    assert v1.run_id != v2.run_id
+
+
+def test_fingerprint_is_content_not_location(tmp_path):
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"prompt": "1+1=", "label": "2"}\n')
+    b = tmp_path / "copy.jsonl"
+    shutil.copy(a, b)
+    assert fingerprint(str(a)) == fingerprint(str(b)) and fingerprint(str(tmp_path / "none")) is None
+    before, moved = inputs_of({"prompt_data": str(a)}), inputs_of({"prompt_data": str(b)})
+    assert input_changes(before, moved) == {}  # moved, same content: same input
+    b.write_text('{"prompt": "1+2=", "label": "3"}\n')
+    assert list(input_changes(before, inputs_of({"prompt_data": str(b)}))) == ["prompt_data"]
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    fp = fingerprint(str(d))
+    (d / "config.json").write_text('{"hidden_size": 2}')
+    assert fingerprint(str(d)) != fp
+
+
+@pytest.mark.parametrize("override,key", [
+    ("args.save=/tmp/elsewhere", "args.save"), ("args.load=/tmp/elsewhere", "args.load"),
+    ("args.ckpt_step=3", "args.ckpt_step"), ("args.start_rollout_id=2", "args.start_rollout_id"),
+])
+def test_managed_dests_are_refused_with_the_fix(override, key):
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides([override])
+    (e,) = [e for e in err.value.errors if e.key == key]
+    assert "managed by trainstack" in e.problem and e.fix
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["args.wandb_key=abc123secret"], "args.wandb_key"),
+    (["args.router_control_plane_api_keys=[abc123secret,def456secret]"], "args.router_control_plane_api_keys"),
+    (["args.train_env_vars={HF_TOKEN:abc123secret}"], "args.train_env_vars.HF_TOKEN"),
+    (["+args.train_env_vars={A:'1',nested:{MY_API_KEY:abc123secret}}"], "args.train_env_vars.nested.MY_API_KEY"),
+    (["runtime_env.env_vars.WANDB_API_KEY=abc123secret"], "runtime_env.env_vars.WANDB_API_KEY"),
+    (["cluster.extra={lium_api_key:abc123secret}"], "cluster.extra.lium_api_key"),
+])
+def test_secrets_are_refused_in_every_form(overrides, key):
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides(overrides)
+    keys = [e.key for e in err.value.errors]
+    assert key in keys, keys
+    assert "abc123secret" not in str(err.value) and all("abc123secret" not in str(e.value) for e in err.value.errors)
+
+
+def test_secret_in_an_experiment_file_is_refused(tmp_path):
+    exp = tmp_path / "experiment"
+    exp.mkdir()
+    (exp / "leaky.yaml").write_text("# @package _global_\nargs:\n  wandb_key: abc123secret\n")
+    res = run_py("--config-dir", str(tmp_path), "experiment=leaky", "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 2 and "args.wandb_key" in res.stderr and "export WANDB_API_KEY" in res.stderr
+    assert "abc123secret" not in res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_changed_data_is_refused_on_resume_and_when_a_stored_run_executes(tmp_path):
+    train = _arith(tmp_path)
+    mine = tmp_path / "mine.jsonl"
+    shutil.copy(train, mine)
+    base = [*[o for o in SMALL if "num_rollout" not in o], "env.num_rollout=400", f"env.prompt_data={mine}",
+            "run_id=ident"]
+    tracker = tmp_path / "runs" / "ident" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    launcher = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *base], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not tracker.exists():
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGTERM)  # a final checkpoint, then interrupted
+    assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+    lines = mine.read_text().splitlines()
+    mine.write_text("\n".join(reversed(lines)) + "\n")  # same path, other data
+    res = run_py(*base, cwd=tmp_path)
+    assert res.returncode == 2 and "prompt_data" in res.stderr and "different training config" in res.stderr
+    assert "resume.allow_changes=[prompt_data]" in res.stderr
+    # the stored run (spec.json) executed after its data changed: refused on this host too
+    res = subprocess.run([sys.executable, "-m", "trainstack", "exec", "ident"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 2 and "inputs of run ident changed since it was submitted" in res.stderr, res.stderr
+    # the same data under another path is the same input: the resume goes on
+    moved = tmp_path / "moved.jsonl"
+    mine.write_text("\n".join(lines) + "\n")
+    shutil.copy(mine, moved)
+    short = [o.replace(str(mine), str(moved)).replace("num_rollout=400", "num_rollout=4") for o in base]
+    res = run_py(*short, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    events = [json.loads(x) for x in (tmp_path / "runs" / "ident" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events if e["event"] in ("launch", "resume", "finished")][:1] == ["launch"]
+    assert [e["event"] for e in events][-1] in ("exit", "finished")
+
+
+def test_refusals_write_nothing(tmp_path):
+    res = run_py("args.save=/tmp/x", "run_id=never", cwd=tmp_path)
+    assert res.returncode == 2 and files_under(tmp_path) == []
