@@ -94,3 +94,49 @@ def test_starts_and_stops_only_its_own_head(tmp_path, ray_head):
     assert res.returncode == 0, res.stderr
     assert not ray_job.ray_answers(f"http://127.0.0.1:{port}")  # the head it started is gone
     assert ray_job.ray_answers(ray_head)  # the one it did not start is untouched
+
+
+def test_sigkilled_launcher_never_leaves_two_jobs_writing_one_run(tmp_path, ray_head):
+    """SIGKILL the launcher, relaunch: the old job is fenced and retired before the new epoch's job is
+    submitted; at no moment do two jobs of the run run; secrets never reach Ray's logs."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_API_KEY": "sekret-ray-123"}
+    argv = [sys.executable, str(ROOT / "run.py"), f"paths.runs_root={tmp_path}/runs",
+            f"paths.data_root={tmp_path}/data", "cluster.launcher=ray_job", f"cluster.ray_address={ray_head}",
+            "run_id=rk", "env.num_rollout=60", "args.save_interval=1", "resume.grace_s=2", "resume.lease_ttl_s=12"]
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    tracker = tmp_path / "runs" / "rk" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    deadline = time.time() + 120
+    while not tracker.exists():
+        assert first.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    assert (tmp_path / "runs" / "rk" / ".secrets.json").stat().st_mode & 0o777 == 0o600
+    os.killpg(first.pid, signal.SIGKILL)  # the launcher only: its Ray job keeps running
+    first.wait()
+    second = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    overlap = 0
+    while second.poll() is None:
+        live = [j for j in jobs_of(ray_head, "rk") if str(j.status.value) in ("PENDING", "RUNNING")]
+        overlap = max(overlap, len(live))
+        assert time.time() < deadline + 300
+        time.sleep(0.3)
+    assert second.returncode == 0, second.stderr.read()[-3000:]
+    assert overlap <= 1
+    ids = sorted(j.submission_id for j in jobs_of(ray_head, "rk"))
+    assert ids == ["trainstack-rk-e1", "trainstack-rk-e2"], ids
+    ck = tmp_path / "runs" / "rk" / "checkpoints"
+    pubs = [json.loads(x) for x in (ck / "publish.jsonl").read_text().splitlines()]
+    first_of_2 = next(i for i, p in enumerate(pubs) if p["epoch"] == 2)
+    assert all(p["epoch"] == 2 for p in pubs[first_of_2:])
+    assert not (tmp_path / "runs" / "rk" / ".secrets.json").exists()
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray_head)
+    for sid in ids:
+        info = client.get_job_info(sid)
+        assert "sekret-ray-123" not in json.dumps(info.runtime_env or {}) + (info.entrypoint or "")
+        assert "sekret-ray-123" not in client.get_job_logs(sid)
+    for path in Path("/tmp").glob("tsray-*/**/*"):  # Ray's own session dirs (logs, runtime env)
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert b"sekret-ray-123" not in path.read_bytes(), path

@@ -23,6 +23,12 @@ class ConfigError:
     related: dict[str, Any] = field(default_factory=dict)  # other keys involved: key -> value
 
     def render(self) -> str:
+        """One screen; every secret value in it hidden (secrets.redact_text), whatever the caller put in."""
+        from trainstack.secrets import redact_text
+
+        return redact_text(self._render())
+
+    def _render(self) -> str:
         lines = [f"error: {self.key}: {self.problem}"]
         if self.value is not None:
             lines.append(f"  value : {self.value!r}" + (f"  (from {self.source})" if self.source else ""))

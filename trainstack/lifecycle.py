@@ -67,12 +67,11 @@ def final_state(code: int, signalled: int | None, lease_lost: bool = False) -> s
 
 
 def exit_code(code: int, signalled: int | None) -> int:
-    """The launcher's exit code: never a negative-wrapped value (a SIGKILLed trainer is 137, not 247)."""
-    if code < 0:
-        return 128 - code
-    if signalled is not None and code == 0:
-        return 0
-    return code
+    """The launcher's exit code: 128+N when signal N stopped the run, the trainer's code otherwise,
+    never a negative-wrapped value (a SIGKILLed trainer is 137, not 247)."""
+    if signalled is not None and code != 0:
+        return 128 + signalled
+    return 128 - code if code < 0 else code
 
 
 def _acquire(spec: RunSpec, rundir: RunDir) -> Lease:

@@ -19,6 +19,7 @@ from typing import Any
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
+from trainstack.secrets import env_fix, is_secret_name, redact_override
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
 _FREE_MAPS = {"runtime_env.env_vars", "cluster.extra"}  # user-named keys
@@ -65,11 +66,11 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         table = at.load_table()
         cand = table.suggest(key)
         if cand:
-            fix = f"slime arguments go under args.: did you mean 'args.{cand[0]}={value}'?"
+            fix = f"slime arguments go under args.: did you mean 'args.{cand[0]}=...'?"
         else:
             close = difflib.get_close_matches(head, sorted(ROOT_KEYS - {'hydra'}), n=3, cutoff=0.6)
             fix = at.did_you_mean(close) or "top-level keys: " + ", ".join(sorted(ROOT_KEYS - {"hydra"}))
-        return token, ConfigError(key, "unknown config key", fix, source=f"command line `{token}`")
+        return token, ConfigError(key, "unknown config key", fix, source=f"command line `{key}=...`")
     if head in DEST_NAMESPACES:
         if not rest:
             return token, None
@@ -80,8 +81,9 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         if dest not in table or "." in rest:
             cand = table.suggest(dest)
             fix = at.did_you_mean(cand, f"{head}.") or "this is not one of slime's 1390 arguments; see docs/config.md"
+            # the value of an unknown key is never echoed (a mistyped args.wandb_kye=... holds a key)
             return token, ConfigError(key, "not a slime argument (slime would silently ignore it)", fix,
-                                      value=value, source=f"command line `{token}`")
+                                      source=f"command line `{key}=...`")
         if prefix in ("", "+"):
             return f"++{key}={value}" if value is not None else token, None
         return token, None
@@ -91,7 +93,7 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         if field_name not in names:
             close = difflib.get_close_matches(field_name, names, n=3, cutoff=0.6)
             fix = at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
-            return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{token}`")
+            return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{key}=...`")
         if prefix in ("", "+") and value is not None and (not sub or f"{head}.{field_name}" in _FREE_MAPS):
             return f"++{key}={value}", None  # a schema field a preset file may not spell out
     return token, None
@@ -116,6 +118,15 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
     rewritten = []
     dirs = os.pathsep.join(filter(None, [conf_dir, flags.config_dir]))  # --config-dir adds presets
     for tok in overrides:
+        if redact_override(tok) != tok:  # refused before Hydra writes it anywhere (multirun.yaml, overrides.yaml)
+            key = tok.split("=", 1)[0].lstrip("+~")
+            leaf = next((m for m in re.findall(r"[A-Za-z_][\w]*", tok.split("=", 1)[-1]) if is_secret_name(m)), key)
+            errors.append(ConfigError(key, "holds a secret; secrets must not be put in configs or on the command "
+                                      "line (they end up in saved configs, logs and sweep manifests)",
+                                      env_fix(key if is_secret_name(key.rsplit(".", 1)[-1]) else leaf),
+                                      source=f"command line `{redact_override(tok)}`"))
+            rewritten.append(tok)
+            continue
         new, err = check_override(tok, dirs, has_searchpath)
         rewritten.append(new)
         if err:

@@ -18,7 +18,7 @@ from typing import Any
 
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.secrets import is_secret_name, redact_override
+from trainstack.secrets import env_fix, is_secret_name, redact_override
 from trainstack.schema import (
     DEST_NAMESPACES,
     ResumeSpec,
@@ -514,13 +514,6 @@ def secret_paths(node: Any, prefix: str) -> list[str]:
     return out
 
 
-def _secret_fix(path: str) -> str:
-    leaf = path.rsplit(".", 1)[-1].split("[")[0]
-    env_name = "WANDB_API_KEY" if leaf.startswith("wandb") else leaf.upper()
-    return (f"export {env_name}=... in the launching shell instead; trainstack forwards WANDB_API_KEY, HF_TOKEN "
-            "and the like to the trainer from the environment (never through files or the command line)")
-
-
 def check_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: dict[str, str], tree: dict[str, Any],
                 origin: Origin) -> None:
     """Types and choices against slime's table; no secret anywhere in the config; no managed dest."""
@@ -533,12 +526,12 @@ def check_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: di
                  else secret_paths(value, dest))
         for path in found:
             errors.append(ConfigError(f"{layer_of[dest]}.{path}", "secrets must not be put in configs (they end up "
-                                      "in saved configs, logs and command lines)", _secret_fix(path),
+                                      "in saved configs, logs and command lines)", env_fix(path),
                                       value="<redacted>", source=provenance[dest].split(" (over ")[0]))
     for section in (k for k in tree if k not in DEST_NAMESPACES):
         for path in secret_paths(tree[section], section):
             errors.append(ConfigError(path, "secrets must not be put in configs (they end up in saved configs, "
-                                      "logs and command lines)", _secret_fix(path), value="<redacted>",
+                                      "logs and command lines)", env_fix(path), value="<redacted>",
                                       source=origin.source_of(path.split("[")[0])))
     for dest, fix in MANAGED_DESTS.items():
         if merged.get(dest) is not None:

@@ -93,3 +93,11 @@ def redact_override(text: str) -> str:
     if eq and is_secret_name(key.lstrip("+~").rsplit(".", 1)[-1]):
         return f"{key}={REDACTED}"
     return redact_text(text)
+
+
+def env_fix(path: str) -> str:
+    """The fix for a secret found in a config or on the command line: the environment."""
+    leaf = path.rsplit(".", 1)[-1].split("[")[0].lstrip("+~")
+    env_name = "WANDB_API_KEY" if leaf.startswith("wandb") else leaf.upper()
+    return (f"export {env_name}=... in the launching shell instead; trainstack forwards WANDB_API_KEY, HF_TOKEN "
+            "and the like to the trainer from the environment (never through files or the command line)")
