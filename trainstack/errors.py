@@ -26,18 +26,15 @@ class ConfigError:
         """One screen; every secret value in it hidden (secrets.redact_text), whatever the caller put in."""
         from trainstack.secrets import redact_text
 
-        return redact_text(self._render())
-
-    def _render(self) -> str:
-        lines = [f"error: {self.key}: {self.problem}"]
+        lines = [f"error: {self.key}: {redact_text(self.problem)}"]
         if self.value is not None:
-            lines.append(f"  value : {self.value!r}" + (f"  (from {self.source})" if self.source else ""))
+            lines.append(redact_text(f"  value : {self.value!r}" + (f"  (from {self.source})" if self.source else "")))
         elif self.source:
-            lines.append(f"  from  : {self.source}")
+            lines.append(redact_text(f"  from  : {self.source}"))
         for k, v in self.related.items():
-            lines.append(f"  {k} = {v!r}")
+            lines.append(redact_text(f"  {k} = {v!r}"))
         if self.fix:
-            lines.append(f"  fix   : {self.fix}")
+            lines.append(f"  fix   : {redact_text(self.fix)}")
         return "\n".join(lines)
 
 
