@@ -54,6 +54,9 @@ def final_state(code: int, signalled: int | None) -> str:
 
 def execute(spec: RunSpec, start: StartRunner) -> int:
     """Lease -> resume plan -> spec + data -> start(env, rundir) -> wait -> record."""
+    from trainstack.http_env.sidecar import with_sidecars  # hook (issue 15): the run's env server, around the trainer
+
+    start = with_sidecars(spec, start)
     rundir = RunDir(spec.run_dir)
     try:
         lease = Lease.acquire(rundir.lease_file, ttl_s=spec.resume.lease_ttl_s)

@@ -490,7 +490,13 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
 
     name = tree.get("name") or "-".join(
         str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
-    digest = config_hash(merged, {"entrypoint": entrypoint, "backend": cluster.backend})
+    # An HTTP env's settings (env.meta.http_env: turns, reward, ...) change what is trained; where
+    # its server runs does not.
+    http_env = meta.get("env", {}).get("http_env")
+    hashed_http_env = ({k: v for k, v in http_env.items() if k not in ("url", "serve")}
+                       if isinstance(http_env, dict) else None)
+    digest = config_hash(merged, {"entrypoint": entrypoint, "backend": cluster.backend,
+                                  **({"http_env": hashed_http_env} if hashed_http_env is not None else {})})
     run_id = tree.get("run_id") or f"{name}-{digest}"
     bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if bad_chars:
@@ -523,6 +529,13 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
                                 "set args.save_interval to change)" if dest == "save_interval"
                                 else f"trainstack: run identity of {run_id}")
             layer_of[dest] = "args"
+
+    if http_env is not None and "custom_config_path" not in merged:  # the generate function's settings file
+        from trainstack.rundir.layout import HTTP_ENV_CONFIG
+
+        merged["custom_config_path"] = str(Path(run_dir) / HTTP_ENV_CONFIG)
+        provenance["custom_config_path"] = "trainstack: env.meta.http_env, written into the run dir at each launch"
+        layer_of["custom_config_path"] = "args"
 
     return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
                        paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
