@@ -24,6 +24,10 @@ class TaskError(ValueError):
     """The task cannot be started (unknown task id, malformed metadata): answered 400, never retried."""
 
 
+class EpisodeLost(RuntimeError):
+    """The env no longer has the episode (its own restart, its own timeout): answered 404, never retried."""
+
+
 @dataclass
 class Started:
     handle: Any  # the env's own episode state; only the env reads it

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from trainstack.http_env import protocol as P
-from trainstack.http_env.envs import Env, Stepped, TaskError
+from trainstack.http_env.envs import EpisodeLost, Env, Stepped, TaskError
 
 log = logging.getLogger("trainstack.http_env")
 
@@ -162,6 +162,8 @@ class SessionStore:
             s.last_used = self.clock()
             try:
                 res = await self.env.step(s.handle, action)
+            except EpisodeLost as e:
+                raise HttpError(P.NOT_FOUND, f"session {session_id}: {e}") from None
             except Exception as e:  # noqa: BLE001
                 log.warning("env %s step failed: %s", self.env.name, e)
                 raise HttpError(500, f"env step failed: {type(e).__name__}: {e}") from None

@@ -217,7 +217,7 @@ def dry_run_notes(run: "ResolvedRun") -> list[str]:
     assert block.settings.url is not None
     ok, said = health(block.settings.url)
     state = f"/health answers: {said}" if ok else (
-        f"/health does NOT answer ({said}): start it before launching, e.g. `trainstack env serve <env> --host 0.0.0.0 "
-        "--port <port>` on that host")
+        f"/health does NOT answer ({said}): start it before launching, e.g. `trainstack env serve "
+        f"{(run.meta.get('env') or {}).get('name', 'ENV')} --host 0.0.0.0 --port PORT` on that host")
     return [f"http env: the generate function will use the env server at {block.settings.url} (env.meta.http_env.url); "
             f"{state}; settings go into {path} (--custom-config-path)"]
