@@ -4,34 +4,20 @@ the ``tokenizers`` library) and a ChatML chat template: ``tokens``, ``loss_mask`
 chat-templated observations, written out by hand below."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.fakes.http_env import env_server, run_generate, slime_args
+from tests.fakes.http_env import env_server, run_generate, slime_args, write_chatml_bpe
 from tests.fakes.http_faults import ScriptedSGLang
 from trainstack.http_env.envs import Started, Stepped
 from trainstack.tiny.sample import Sample
 
-CHATML = ("{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
 OBS = ["You are on page one.", "Now on page two.", "Now on page three."]
 
 
 @pytest.fixture(scope="module")
 def bpe_dir(tmp_path_factory):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator([*OBS, "Click next.", "The answer is 42.", "user assistant"] * 20, trainer)
     d = tmp_path_factory.mktemp("bpe")
-    tok.save(str(d / "tokenizer.json"))
-    (d / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
-    return d, tok
+    return d, write_chatml_bpe(d, [*OBS, "Click next.", "The answer is 42.", "user assistant"])
 
 
 class PagesEnv:

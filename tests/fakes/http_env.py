@@ -62,6 +62,28 @@ def run_generate(args, sample: Sample, sampling: dict | None = None) -> Sample:
     return asyncio.run(generate(args, sample, dict(sampling or SAMPLING)))
 
 
+CHATML = ("{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def write_chatml_bpe(out: Path, corpus: list[str]):
+    """A real tokenizer made here: byte-level BPE trained on ``corpus`` + a ChatML chat template."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus * 20, trainer)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML, "eos_token": "<|im_end|>"}))
+    return tok
+
+
 def digit_answers(tok_ids: dict[str, int], answers: list[str]):
     """A scripted /generate that answers the given characters in turn (one token each, log-prob -0.5)."""
     it = iter(answers)

@@ -174,4 +174,5 @@ async def validate_stop_answer(ctx: Any) -> Optional[dict]:
         validation_score=score, steps_used=episode.current_step, max_steps=episode.max_steps,
         truncated=bool(episode.truncated))
     return {"reward": float(terminal.total), "score": score, "success": score >= 0.8,
-            "answers": {v.get("answer_tag"): {"score": v.get("score"), "actual": v.get("actual")} for v in verdicts}}
+            "answers": {v.get("answer_tag"): {k: v.get(k) for k in ("score", "actual", "expected", "reasoning")}
+                        for v in verdicts}}
