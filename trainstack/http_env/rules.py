@@ -26,7 +26,7 @@ def http_env_settings(ctx: Ctx) -> list[ConfigError]:
     try:
         block = parse_block(node, PREFIX, source_of)
     except ConfigErrors as e:
-        return [e_ if e_.source else _with_source(e_, source_of) for e_ in e.errors]
+        return e.errors
     out = []
     if block.serve is not None and block.settings.url is not None:
         out.append(ConfigError(f"{PREFIX}url", "is set together with serve: trainstack serves the env itself and "
@@ -49,8 +49,3 @@ def http_env_settings(ctx: Ctx) -> list[ConfigError]:
                                value=block.serve.host, related={"cluster.num_nodes": ctx.run.cluster.num_nodes}))
     return out
 
-
-def _with_source(err: ConfigError, source_of) -> ConfigError:
-    from dataclasses import replace
-
-    return replace(err, source=source_of(err.key))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 from trainstack.errors import ConfigError, ConfigErrors
@@ -63,14 +63,18 @@ class ServeSettings:
     options: dict = field(default_factory=dict)  # env-specific options (e.g. liveweb: root, actor)
 
 
-def _positive(errors: list[ConfigError], prefix: str, obj: Any, names: tuple[str, ...], *, allow_none: bool,
-              integer: bool) -> None:
+def _positive(errors: list[ConfigError], prefix: str, values: Mapping[str, Any], names: tuple[str, ...], *,
+              allow_none: bool, integer: bool) -> None:
+    """Range checks of the numbers among ``values`` (wrong types are reported by to_typed)."""
     for name in names:
-        v = getattr(obj, name)
+        if name not in values:
+            continue
+        v = values[name]
         if v is None and allow_none:
             continue
-        bad = v is None or (isinstance(v, float) and not math.isfinite(v)) or v <= 0
-        if bad:
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+            continue
+        if v is None or (isinstance(v, float) and not math.isfinite(v)) or v <= 0:
             kind = "an integer >= 1" if integer else "a finite number > 0"
             errors.append(ConfigError(f"{prefix}{name}", f"must be {kind}", f"set {prefix}{name} to {kind}"
                                       + (" or null" if allow_none else ""), value=v))
@@ -81,38 +85,37 @@ def parse_settings(node: Mapping[str, Any] | None, prefix: str = f"{CONFIG_KEY}.
     """A settings mapping -> HttpEnvSettings, or ConfigErrors naming every bad key (did-you-mean)."""
     node = dict(node or {})
     obj, errors = to_typed(HttpEnvSettings, node, prefix, source_of)
-    if obj is not None:
-        _positive(errors, prefix, obj, ("max_turns",), allow_none=False, integer=True)
-        _positive(errors, prefix, obj, ("max_tokens_per_turn",), allow_none=True, integer=True)
-        _positive(errors, prefix, obj, ("timeout_s", "max_backoff_s"), allow_none=False, integer=False)
-        _positive(errors, prefix, obj, ("generate_timeout_s", "episode_timeout_s"), allow_none=True, integer=False)
-        if obj.retries < 0:
-            errors.append(ConfigError(f"{prefix}retries", "must be >= 0", f"set {prefix}retries to 0..10",
-                                      value=obj.retries))
-        if obj.backoff_s < 0 or not math.isfinite(obj.backoff_s):
-            errors.append(ConfigError(f"{prefix}backoff_s", "must be a finite number >= 0", value=obj.backoff_s))
-        if obj.url is not None and not obj.url.startswith(("http://", "https://")):
-            errors.append(ConfigError(f"{prefix}url", "must be an http:// or https:// URL",
-                                      "e.g. http://127.0.0.1:18080", value=obj.url))
+    _positive(errors, prefix, node, ("max_turns",), allow_none=False, integer=True)
+    _positive(errors, prefix, node, ("max_tokens_per_turn",), allow_none=True, integer=True)
+    _positive(errors, prefix, node, ("timeout_s", "max_backoff_s"), allow_none=False, integer=False)
+    _positive(errors, prefix, node, ("generate_timeout_s", "episode_timeout_s"), allow_none=True, integer=False)
+    retries, backoff, url = node.get("retries"), node.get("backoff_s"), node.get("url")
+    if isinstance(retries, int) and retries < 0:
+        errors.append(ConfigError(f"{prefix}retries", "must be >= 0", f"set {prefix}retries to 0..10", value=retries))
+    if isinstance(backoff, (int, float)) and (backoff < 0 or not math.isfinite(backoff)):
+        errors.append(ConfigError(f"{prefix}backoff_s", "must be a finite number >= 0", value=backoff))
+    if isinstance(url, str) and not url.startswith(("http://", "https://")):
+        errors.append(ConfigError(f"{prefix}url", "must be an http:// or https:// URL", "e.g. http://127.0.0.1:18080",
+                                  value=url))
     if errors:
-        raise ConfigErrors(errors)
+        raise ConfigErrors([e if e.source else replace(e, source=source_of(e.key)) for e in errors])
     assert obj is not None
     return obj
 
 
 def parse_serve(node: Mapping[str, Any], prefix: str = f"{CONFIG_KEY}.serve.",
                 source_of: Callable[[str], str] = lambda key: "") -> ServeSettings:
-    obj, errors = to_typed(ServeSettings, dict(node), prefix, source_of)
-    if obj is not None:
-        from trainstack.http_env.envs import ENVS
+    node = dict(node)
+    obj, errors = to_typed(ServeSettings, node, prefix, source_of)
+    from trainstack.http_env.envs import ENVS
 
-        if obj.env not in ENVS:
-            errors.append(ConfigError(f"{prefix}env", "not a registered env", f"use one of: {', '.join(ENVS)}",
-                                      value=obj.env))
-        _positive(errors, prefix, obj, ("max_sessions",), allow_none=False, integer=True)
-        _positive(errors, prefix, obj, ("session_ttl_s",), allow_none=False, integer=False)
+    if isinstance(node.get("env"), str) and node["env"] not in ENVS:
+        errors.append(ConfigError(f"{prefix}env", "not a registered env", f"use one of: {', '.join(ENVS)}",
+                                  value=node["env"]))
+    _positive(errors, prefix, node, ("max_sessions",), allow_none=False, integer=True)
+    _positive(errors, prefix, node, ("session_ttl_s",), allow_none=False, integer=False)
     if errors:
-        raise ConfigErrors(errors)
+        raise ConfigErrors([e if e.source else replace(e, source=source_of(e.key)) for e in errors])
     assert obj is not None
     return obj
 
