@@ -115,3 +115,17 @@ def test_a_resumed_agentic_run_ends_bit_identical(in_tmp):
             for rid in ("straight", "resumed"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert rewards(in_tmp / "runs" / "straight") == rewards(in_tmp / "runs" / "resumed")[-4:]
+
+
+@pytest.mark.slow
+def test_an_env_server_that_does_not_come_up_fails_the_run_before_the_trainer_starts(in_tmp):
+    res = run_py("experiment=cpu-agentic", "env.num_rollout=2", "+env.meta.http_env.serve.options={turns: 9}",
+                 "run_id=bad", cwd=in_tmp, timeout=300)
+    assert res.returncode == 1 and "the trainer was not started" in res.stderr and "Traceback" not in res.stderr
+    run_dir = in_tmp / "runs" / "bad"
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    failed = next(e for e in events if e["event"] == "http_env_server_failed")
+    assert "exited with code 2" in failed["reason"]
+    assert "serve.options.turns" in (run_dir / "logs" / "http_env_server.log").read_text()
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "failed"
+    assert not (run_dir / "metrics.jsonl").exists()  # the trainer never ran
