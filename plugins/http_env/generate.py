@@ -47,7 +47,11 @@ def run_settings(args: Any) -> HttpEnvSettings:
                               "meta.http_env); see docs/http_env.md")
     if not isinstance(raw, dict):
         raise SettingsMissing(f"args.{CONFIG_KEY} must be a mapping of settings, got {type(raw).__name__}")
-    return parse_settings(raw, f"{CONFIG_KEY}.")
+    settings = parse_settings(raw, f"{CONFIG_KEY}.")
+    if not settings.url:
+        raise SettingsMissing(f"args.{CONFIG_KEY}.url is not set: the env server's URL (trainstack fills it in when it "
+                              "serves the env itself)")
+    return settings
 
 
 def tokenizer_dir(args: Any, settings: HttpEnvSettings) -> str:

@@ -55,8 +55,7 @@ class ServeSettings:
     """An env server trainstack starts for the run (and stops after it): ``trainstack env serve ENV``."""
 
     env: str  # a registered env (trainstack/http_env/envs.py): chain_sum, liveweb
-    host: str = "127.0.0.1"  # where it listens (and the URL the generate function gets); 0.0.0.0 + this host's
-    # address is not derived: multi-node runs give an external server as `url` instead
+    host: str = "127.0.0.1"  # where it listens, and the host of the URL the generate function gets
     max_sessions: int = 64  # concurrent sessions; a start beyond it is answered 503 (retried by the client)
     session_ttl_s: float = 600.0  # an idle session is closed after this long
     terminal_hook: Optional[str] = None  # dotted path: validates the final action (docs/http_env.md)
