@@ -22,8 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -49,6 +47,9 @@ def block_of(config: dict) -> Optional[HttpEnvBlock]:
 
 def health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[bool, str]:
     """(answers, what it said or why not) for ``GET <url>/health``."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url.rstrip("/") + P.HEALTH, timeout=timeout_s) as r:  # noqa: S310 (http only)
             data = json.loads(r.read() or b"{}")
