@@ -75,6 +75,7 @@ def test_http_env_settings_are_typed_and_checked(in_tmp):
 def test_run_identity_follows_training_settings_not_the_server_url(in_tmp):
     base = build_from_overrides(LIVEWEB)[0].run_id
     assert build_from_overrides([*LIVEWEB, "env.meta.http_env.url=http://elsewhere:1"])[0].run_id == base
+    assert build_from_overrides([*LIVEWEB, "env.meta.http_env.timeout_s=60"])[0].run_id == base
     assert build_from_overrides([*LIVEWEB, "env.meta.http_env.max_turns=5"])[0].run_id != base
 
 

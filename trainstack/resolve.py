@@ -491,10 +491,14 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     name = tree.get("name") or "-".join(
         str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
     # An HTTP env's settings (env.meta.http_env: turns, reward, ...) change what is trained; where
-    # its server runs does not.
+    # its server runs and the client's timeouts do not.
     http_env = meta.get("env", {}).get("http_env")
-    hashed_http_env = ({k: v for k, v in http_env.items() if k not in ("url", "serve")}
-                       if isinstance(http_env, dict) else None)
+    if isinstance(http_env, dict):
+        from trainstack.http_env.settings import identity
+
+        hashed_http_env: dict | None = identity(http_env)
+    else:
+        hashed_http_env = None
     digest = config_hash(merged, {"entrypoint": entrypoint, "backend": cluster.backend,
                                   **({"http_env": hashed_http_env} if hashed_http_env is not None else {})})
     run_id = tree.get("run_id") or f"{name}-{digest}"

@@ -50,6 +50,16 @@ class HttpEnvSettings:
         return (self.retries + 1) * self.timeout_s + waits
 
 
+# Settings that change what is trained (part of the run_id hash); the rest say where and how
+# patiently to reach the server.
+TRAINING_KEYS = ("max_turns", "max_tokens_per_turn", "reward", "observation_role", "system_prompt", "tokenizer")
+
+
+def identity(node: Mapping[str, Any]) -> dict:
+    """The training-relevant part of a ``meta.http_env`` block."""
+    return {k: node[k] for k in TRAINING_KEYS if k in node}
+
+
 @dataclass
 class ServeSettings:
     """An env server trainstack starts for the run (and stops after it): ``trainstack env serve ENV``."""
