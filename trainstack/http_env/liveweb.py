@@ -132,6 +132,7 @@ async def validate_stop_answer(ctx: Any) -> Optional[dict]:
     liveweb-arena 350b4ff): ground truth collected from the pages visited (plus API ground truth),
     answers parsed from the stop action, the LLM validator per subtask, then the terminal reward of
     the episode's reward calculator. None when the episode ended without a stop action."""
+    from liveweb_arena.core.gt_collector import set_current_gt_collector
     from liveweb_arena.core.parser import AnswerParser
     from liveweb_arena.core.validators.llm_validator import validate_answers_with_llm
     from liveweb_arena.utils.llm_client import LLMClient
@@ -143,7 +144,11 @@ async def validate_stop_answer(ctx: Any) -> Optional[dict]:
     if episode.final_answer is None:
         return None
     subtasks = list(episode.task.subtasks)
-    await episode.gt_collector.fetch_remaining_api_gt()
+    set_current_gt_collector(episode.gt_collector)  # hybrid templates read ground truth through this global
+    try:
+        await episode.gt_collector.fetch_remaining_api_gt()
+    finally:
+        set_current_gt_collector(None)
     truths, missing = {}, {}
     for st in subtasks:
         value = episode.gt_collector.get_gt_for_subtask(st)
