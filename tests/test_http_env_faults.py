@@ -134,3 +134,33 @@ def test_the_episode_timeout_bounds_a_slow_episode(tok):
                                   episode_timeout_s=0.5, retries=0)
     assert out.status == Sample.Status.FAILED and "episode_timeout_s" in out.metadata["http_env_episode"]["errors"][0]
     assert secs < 30
+
+
+def test_concurrent_episodes_wait_for_a_full_server_and_all_complete(tok):
+    """slime runs many episodes at once: starts beyond max_sessions get 503 and retry with backoff."""
+    import asyncio
+
+    from plugins.http_env.generate import generate
+    from tests.fakes.http_env import SAMPLING
+
+    inverse = {i: c for c, i in hf_tokenizer.vocab().items()}
+
+    def solve(req):  # "3+4=" -> 7, "3+4=7+2=" -> 9: the running sum, answered right
+        text = "".join(inverse[i] for i in req["input_ids"])
+        a, b = text.rstrip("=").split("=")[-1].split("+")
+        answer = str(int(a) + int(b))
+        return [hf_tokenizer.vocab()[answer]], [-0.1], answer, "length"
+
+    env = CountingEnv()
+    with env_server(env, max_sessions=2) as (url, store), ScriptedSGLang(solve) as llm:
+        args = slime_args(url, llm.port, tok, retries=8, backoff_s=0.02)
+
+        async def many():
+            samples = [Sample(prompt="c", metadata={"start": i % 3, "adds": [1, 2]}) for i in range(8)]
+            return await asyncio.gather(*(generate(args, s, dict(SAMPLING)) for s in samples))
+
+        outs = asyncio.run(many())
+    assert [o.status for o in outs] == [Sample.Status.COMPLETED] * 8
+    assert all(o.reward == 2.0 for o in outs) and len(env.applied) == 16
+    assert sum(o.metadata["http_env_episode"]["retries"] for o in outs) > 0  # some starts met a full server
+    assert store.sessions == {} and env.opened == env.closed == 8
