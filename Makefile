@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/checkpoint_lookup.py
 	$(PY) benchmarks/tiny_learning.py
 	$(PY) benchmarks/compare_read.py
+	$(PY) benchmarks/agentic_learning.py
 
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/slurm_submit.py

@@ -67,6 +67,9 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
     lines += [f"  {st(k, '32')}={v}" for k, v in sorted(cmd.redacted_env().items())]
     lines += [st("warning: ", "33") + w for w in run.warnings]
     lines += [st("note: ", "33") + n for n in checkout_notes(run)]
+    from trainstack.http_env.sidecar import dry_run_notes  # the env server a launch will use, and /health
+
+    lines += [st("note: ", "33") + n for n in dry_run_notes(run)]
     lines.append(_rule("command", st))
     lines.append(cmd.shell_line())  # one line, never wrapped: copy-pastable
     out.write("\n".join(lines) + "\n")

@@ -31,6 +31,7 @@ import threading
 import time
 
 from trainstack.fence import EXIT_FENCED, Fence
+from trainstack.procgroup import die_with_parent
 
 POLL_S = 0.25
 
@@ -80,15 +81,6 @@ def signal_group(sig: int, keep: set[int]) -> int:
     return n
 
 
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class Guard:
     def __init__(self, argv: list[str], log_path: str | None, grace_s: float, parent: int | None,
                  secrets_file: str | None, cwd: str | None):
@@ -116,7 +108,7 @@ class Guard:
         except OSError:
             pass
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
         self.keep.discard(self.proc.pid)
         self.pump = threading.Thread(target=self._pump, daemon=True)
         self.pump.start()

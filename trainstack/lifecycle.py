@@ -106,6 +106,9 @@ def _stop_hint(holder) -> str:
 
 def execute(spec: RunSpec, start: StartRunner) -> int:
     """Lease -> resume plan -> spec + data -> start(env, rundir) -> wait -> record."""
+    from trainstack.http_env.sidecar import with_sidecars  # hook (issue 15): the run's env server, around the trainer
+
+    start = with_sidecars(spec, start)
     rundir = RunDir(spec.run_dir)
     try:
         lease = _acquire(spec, rundir)

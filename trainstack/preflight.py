@@ -14,7 +14,7 @@ from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 
 # Data flags an env's `meta.prepare` hook may create at launch (the dry run does not run hooks).
-PREPARED_DATA_FLAGS = ("--prompt-data", "--eval-prompt-data")
+PREPARED_DATA_FLAGS = ("--prompt-data", "--eval-prompt-data", "--hf-checkpoint")
 
 
 def prepare_data(hook: str | None, data_root: str) -> None:
@@ -52,6 +52,8 @@ def _check_tiny(run: ResolvedRun, cmd: SlimeCommand, *, trust_hook: bool) -> Non
         errors = err.errors
         if trust_hook:
             errors = [e for e in errors if not (e.key in PREPARED_DATA_FLAGS and "does not exist" in e.problem)]
+        if run.source("custom_config_path").startswith("trainstack"):  # written at launch (env.meta.http_env)
+            errors = [e for e in errors if e.key != "--custom-config-path"]
         if errors:
             raise ConfigErrors([_as_config_key(run, e) for e in errors]) from None
 

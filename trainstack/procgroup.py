@@ -22,3 +22,13 @@ def stop_group(proc: subprocess.Popen, term_wait_s: float = 15.0, kill_wait_s: f
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def die_with_parent() -> None:
+    """In a child before exec (preexec_fn): SIGKILL it when its parent dies (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass

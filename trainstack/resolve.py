@@ -407,10 +407,10 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     runtime_env: RuntimeEnvSpec = typed["runtime_env"]
     runtime_env = RuntimeEnvSpec(env_vars={str(k): str(v) for k, v in runtime_env.env_vars.items()},
                                  pythonpath=[absolute(p, origin.cwd) for p in runtime_env.pythonpath])
-    name, run_id = run_identity(tree, merged, entrypoint, cluster, origin)
+    name, run_id = run_identity(tree, merged, entrypoint, cluster, origin, meta)
     run_dir = str(Path(paths.runs_root) / run_id)
     tracking: TrackingSpec = typed["tracking"]
-    add_managed_dests(merged, provenance, layer_of, run_id, run_dir, name, tracking)
+    add_managed_dests(merged, provenance, layer_of, run_id, run_dir, name, tracking, meta.get("env", {}).get("http_env"))
     return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
                        paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
                        origin=origin, config=tree, run_dir=run_dir, layer_of=layer_of,
@@ -555,10 +555,18 @@ def absolute_dest_paths(merged: dict[str, Any], cwd: str) -> None:
 
 
 def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, cluster: ClusterSpec,
-                 origin: Origin) -> tuple[str, str]:
-    """(name, run_id): run_id is given, or `<name>-<hash of the training-relevant config>`."""
+                 origin: Origin, meta: dict[str, dict]) -> tuple[str, str]:
+    """(name, run_id): run_id is given, or `<name>-<hash of the training-relevant config>`. An HTTP
+    env's settings (env.meta.http_env: turns, reward, ...) change what is trained; where its server
+    runs and the client's timeouts do not."""
     name = tree.get("name") or "-".join(str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
-    digest = config_hash(merged, {"entrypoint": entrypoint, "backend": cluster.backend})
+    extra: dict[str, Any] = {"entrypoint": entrypoint, "backend": cluster.backend}
+    http_env = meta.get("env", {}).get("http_env")
+    if isinstance(http_env, dict):
+        from trainstack.http_env.settings import identity
+
+        extra["http_env"] = identity(http_env)
+    digest = config_hash(merged, extra)
     run_id = tree.get("run_id") or f"{name}-{digest}"
     bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if bad_chars:
@@ -574,9 +582,10 @@ def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, 
 
 
 def add_managed_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: dict[str, str], run_id: str,
-                      run_dir: str, name: str, tracking: TrackingSpec) -> None:
+                      run_dir: str, name: str, tracking: TrackingSpec, http_env: Any = None) -> None:
     """Run identity, managed by trainstack: --load = --save = the run's checkpoint dir (the tracker
-    decides resume), a save interval, TensorBoard in the run dir, one W&B run per run_id."""
+    decides resume), a save interval, TensorBoard in the run dir, one W&B run per run_id, and an
+    HTTP env's settings file (--custom-config-path) in the run dir."""
     managed: dict[str, Any] = {"save": str(Path(run_dir) / "checkpoints"), "load": str(Path(run_dir) / "checkpoints"),
                                "save_interval": default_save_interval(merged)}
     if tracking.tensorboard:
@@ -592,6 +601,13 @@ def add_managed_dests(merged: dict[str, Any], provenance: dict[str, str], layer_
                                 "set args.save_interval to change)" if dest == "save_interval"
                                 else f"trainstack: run identity of {run_id}")
             layer_of[dest] = "args"
+
+    if http_env and "custom_config_path" not in merged:  # the HTTP env generate function's settings file
+        from trainstack.rundir.layout import HTTP_ENV_CONFIG
+
+        merged["custom_config_path"] = str(Path(run_dir) / HTTP_ENV_CONFIG)
+        provenance["custom_config_path"] = "trainstack: env.meta.http_env, written into the run dir at each launch"
+        layer_of["custom_config_path"] = "args"
 
 
 def wandb_run_id(run_id: str) -> str:

@@ -442,3 +442,5 @@ def validate(run: ResolvedRun) -> list[ConfigError]:
 
 # Checks ported from slime/Megatron/SGLang's post-parse validation (registers more RULES).
 from trainstack import upstream_rules  # noqa: E402,F401
+# The env preset's meta.http_env block (HTTP environments, trainstack/http_env/rules.py).
+from trainstack.http_env import rules as _http_env_rules  # noqa: E402,F401

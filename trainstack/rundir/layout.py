@@ -29,6 +29,11 @@ LOGS = "logs"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"
 TRAINER_LOG = "trainer.log"  # under logs/
+# HTTP environments (trainstack/http_env): the generate function's settings (--custom-config-path),
+# written at each launch with the live env server URL; the env server trainstack starts for the run.
+HTTP_ENV_CONFIG = "http_env.yaml"
+HTTP_ENV_SERVER_LOG = "http_env_server.log"  # under logs/
+HTTP_ENV_SERVER_READY = "http_env_server.json"  # under logs/: the bound URL, written once it listens
 RAY_HEAD_LOG = "ray_head.log"  # under logs/
 SLURM_FOLDER = "slurm"  # submitit's folder of a single submitted run: slurm/%j
 RAY_RENDEZVOUS = "ray"  # multi-node Ray rendezvous: ray/<job id>/

@@ -28,7 +28,7 @@ SUPPORTED: frozenset[str] = frozenset(
     advantage_estimator eps_clip eps_clip_high eps_clip_c use_kl_loss kl_loss_coef kl_loss_type
     entropy_coef normalize_advantages grpo_std_normalization gamma calculate_per_token_loss
     use_rollout_logprobs kl_coef
-    rm_type custom_rm_path reward_key eval_reward_key custom_generate_function_path
+    rm_type custom_rm_path reward_key eval_reward_key custom_generate_function_path hf_checkpoint
     rollout_sample_hook_path custom_config_path
     eval_interval eval_prompt_data eval_input_key eval_label_key n_samples_per_eval_prompt
     eval_max_response_len eval_temperature eval_top_p skip_eval_before_train
@@ -123,7 +123,7 @@ IGNORED_EXAMPLES = (
     "tensor/pipeline/context/expert parallel sizes, sequence parallel, recompute, dynamic batch size, "
     "max tokens per GPU, micro batch size, offload, colocate, actor/rollout node and GPU counts, "
     "attention backend, fusion/precision switches (bf16, fp32 softmax, grad reduce in fp32), every "
-    "--sglang-* and --router-* flag, rollout engine sizes, --hf-checkpoint, distributed timeouts, "
+    "--sglang-* and --router-* flag, rollout engine sizes, distributed timeouts, "
     "architecture details beyond the four sizes (swiglu, rope, qk-layernorm, GQA, vocab size...)"
 )
 

@@ -100,6 +100,8 @@ class Rollouts:
                         g[i] = smp = r
                 if smp.loss_mask is None:
                     smp.loss_mask = [1] * smp.response_length
+                if smp.remove_sample:  # slime: a removed sample stays in the batch with its loss masked out
+                    smp.loss_mask = [0] * smp.response_length
                 if smp.reward is None:
                     smp.reward = await self._reward(smp)
         return groups
@@ -109,4 +111,7 @@ class Rollouts:
             return await plugins.maybe_await(self.rm_fn(self.args, smp))
         if self.args.rm_type == "random":
             return float(self._rm_random.randint(0, 1))
+        if self.args.rm_type is None:  # slime would fail the same way: nothing gives this sample a reward
+            raise ValueError("the custom generate function left sample.reward unset and no --custom-rm-path or "
+                             "--rm-type is given")
         return score(smp.response, smp.label)  # --rm-type math: leading number equals the label

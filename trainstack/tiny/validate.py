@@ -136,9 +136,16 @@ def validate(parsed: ParsedArgv, env: Mapping[str, str] = os.environ) -> None:
         a.eps_clip_high = a.eps_clip
     if a.eval_reward_key is None:
         a.eval_reward_key = a.reward_key
-    if not a.custom_rm_path and not a.rm_type:
-        err("rm_type", "no reward: set --custom-rm-path or --rm-type",
-            "e.g. --custom-rm-path trainstack.tiny.arithmetic.reward")
+    if a.hf_checkpoint:  # the tiny model's "HF dir": tokenizer.json + chat template for custom generate functions
+        from .hf_tokenizer import matches
+
+        problem = matches(a.hf_checkpoint)
+        if problem:
+            err("hf_checkpoint", f"{problem}; the tiny model has no other tokenizer",
+                "write the tiny tokenizer there: python -m trainstack.tiny.hf_tokenizer --out DIR", value=a.hf_checkpoint)
+    if not a.custom_rm_path and not a.rm_type and not a.custom_generate_function_path:
+        err("rm_type", "no reward: set --custom-rm-path or --rm-type (or a --custom-generate-function-path that "
+            "sets sample.reward)", "e.g. --custom-rm-path trainstack.tiny.arithmetic.reward")
     if a.use_wandb and not a.wandb_group:
         err("wandb_group", "--use-wandb needs --wandb-group (slime crashes without it)", "add --wandb-group NAME")
     if a.use_tensorboard and not a.tb_project_name and not env.get("TENSORBOARD_DIR"):

@@ -1,0 +1,252 @@
+"""slime custom generate function for HTTP environments: ``--custom-generate-function-path
+plugins.http_env.generate.generate`` (docs/http_env.md).
+
+One sample = one episode: start a session for the sample's task, then alternate model turns and
+env steps up to ``max_turns`` and the response budget (``sampling_params["max_new_tokens"]``,
+model and observation tokens together), and close the session whatever happened.
+
+Token in, token out: model turns are generated from token ids and the ids (and log-probs) the
+inference server returns are kept as they are. The prompt and each observation are rendered with
+the model's chat template and tokenized once: an observation's tokens are the text the template
+adds for it (plus whatever closes the model's turn that the model did not write itself, e.g. the
+newline after ``<|im_end|>`` or an end-of-turn token when the turn was cut). ``loss_mask`` is 1 on
+model tokens and 0 on observation tokens; ``rollout_log_probs`` are the server's for model tokens
+and 0.0 (masked) for observation tokens.
+
+Settings: ``args.http_env`` (from slime's ``--custom-config-path`` YAML, written by trainstack from
+the env preset's ``meta.http_env``), updated by ``sample.metadata["http_env"]``; typed and checked
+by ``trainstack.http_env.settings``. Statuses: COMPLETED (the env ended the episode), TRUNCATED
+(turn limit, response budget, or the env's own step limit), ABORTED (the inference server aborted
+the request), FAILED (the env or inference server failed past its retries, a timeout, a terminal
+hook error; reward 0, ``remove_sample`` so it does not train). The reward is set here, so slime
+skips the reward model.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Optional
+
+from trainstack.errors import ConfigErrors
+from trainstack.http_env.settings import CONFIG_KEY, HttpEnvSettings, parse_settings, with_overrides
+
+from . import chat as chat_mod
+from .client import CallFailed, CallStats, EnvClient, Retry, ssl_context
+from .client import generate as generate_turn
+
+
+class SettingsMissing(ValueError):
+    """The run gives the generate function no settings: a configuration error, raised (not a failed sample)."""
+
+
+def run_settings(args: Any) -> HttpEnvSettings:
+    raw = getattr(args, CONFIG_KEY, None)
+    if raw is None:
+        raise SettingsMissing(f"args.{CONFIG_KEY} is not set: pass --custom-config-path FILE whose YAML has a top-level "
+                              f"`{CONFIG_KEY}:` block (trainstack writes <run_dir>/http_env.yaml from the env preset's "
+                              "meta.http_env); see docs/http_env.md")
+    if not isinstance(raw, dict):
+        raise SettingsMissing(f"args.{CONFIG_KEY} must be a mapping of settings, got {type(raw).__name__}")
+    settings = parse_settings(raw, f"{CONFIG_KEY}.")
+    if not settings.url:
+        raise SettingsMissing(f"args.{CONFIG_KEY}.url is not set: the env server's URL (trainstack fills it in when it "
+                              "serves the env itself)")
+    return settings
+
+
+def tokenizer_dir(args: Any, settings: HttpEnvSettings) -> str:
+    path = settings.tokenizer or getattr(args, "hf_checkpoint", None)
+    if not path:
+        raise chat_mod.ChatTokenizerError("no tokenizer: set --hf-checkpoint (the model's Hugging Face directory) or "
+                                          f"{CONFIG_KEY}.tokenizer (a directory with tokenizer.json and a chat template)")
+    return str(path)
+
+
+def aggregate(mode: str, rewards: list[float], validation: Optional[float], ended: bool) -> float:
+    """The episode's reward: ``sum`` of step rewards (+ the terminal verdict), the ``last`` step's (the
+    verdict replaces it), or ``terminal`` (the last/verdict only when the env ended the episode, else 0)."""
+    if mode == "sum":
+        return float(sum(rewards) + (validation or 0.0))
+    final = validation if validation is not None else (rewards[-1] if rewards else 0.0)
+    if mode == "last":
+        return float(final)
+    return float(final) if ended else 0.0
+
+
+class _Fail(Exception):
+    pass
+
+
+class Episode:
+    def __init__(self, args: Any, sample: Any, sampling_params: dict, settings: HttpEnvSettings,
+                 chat: chat_mod.ChatTokenizer, evaluation: bool):
+        self.args, self.sample, self.settings, self.chat = args, sample, settings, chat
+        self.params = dict(sampling_params)
+        self.evaluation = evaluation
+        self.prompt_ids: list[int] = []
+        self.resp_ids: list[int] = []
+        self.mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.status = "completed"
+        self.reason = ""
+        self.ended = False  # the env said done
+        self.rewards: list[float] = []
+        self.validation: Optional[dict] = None
+        self.turns: list[dict] = []
+        self.errors: list[str] = []
+        self.template_rewrites = 0
+        self.stats = CallStats()
+        s = settings
+        self.env_retry = Retry(s.timeout_s, s.retries, s.backoff_s, s.max_backoff_s)
+        self.close_retry = Retry(s.timeout_s, min(1, s.retries), s.backoff_s, s.max_backoff_s)
+        self.gen_retry = Retry(s.generate_timeout_s, s.retries, s.backoff_s, s.max_backoff_s)
+        self.generate_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+
+    # --- the episode -------------------------------------------------------------------------
+    async def run(self) -> Any:
+        import httpx
+
+        t0 = time.monotonic()
+        async with httpx.AsyncClient(timeout=None, verify=ssl_context()) as http:
+            env = EnvClient(http, str(self.settings.url), self.env_retry, self.stats)
+            try:
+                if self.settings.episode_timeout_s is not None:
+                    await asyncio.wait_for(self._play(http, env), self.settings.episode_timeout_s)
+                else:
+                    await self._play(http, env)
+            except asyncio.TimeoutError:
+                self._failed(f"the episode took longer than episode_timeout_s={self.settings.episode_timeout_s:g}")
+            except (CallFailed, _Fail) as e:
+                self._failed(str(e))
+            finally:
+                env.retry = self.close_retry
+                problem = await env.close()
+                if problem:
+                    self.errors.append(f"close: {problem}")
+        return self._fill(env.session_id, time.monotonic() - t0)
+
+    def _failed(self, why: str) -> None:
+        self.status, self.reason = "failed", why
+        self.errors.append(why)
+
+    def _add(self, ids: list[int], logprobs: Optional[list[float]], trainable: bool) -> None:
+        self.resp_ids += ids
+        self.mask += [1 if trainable else 0] * len(ids)
+        self.logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
+
+    def _task(self) -> dict:
+        md = dict(self.sample.metadata or {})
+        md.pop(CONFIG_KEY, None)
+        return {"prompt": self.sample.prompt, "label": self.sample.label, "metadata": md}
+
+    async def _play(self, http: Any, env: EnvClient) -> None:
+        s, chat = self.settings, self.chat
+        started = await env.start(self._task())
+        messages: list[dict] = [{"role": "system", "content": s.system_prompt}] if s.system_prompt else []
+        messages.append({"role": "user", "content": started["observation"]})
+        context = chat.render(messages, add_generation_prompt=True)
+        self.prompt_ids = chat.encode(context)
+        budget = int(self.params.get("max_new_tokens") or 0)
+        for turn in range(s.max_turns):
+            remaining = budget - len(self.resp_ids)
+            if remaining <= 0:
+                self.status, self.reason = "truncated", "response budget used up"
+                return
+            cap = min(remaining, s.max_tokens_per_turn or remaining)
+            mt = await generate_turn(http, self.generate_url, self.prompt_ids + self.resp_ids,
+                                     {**self.params, "max_new_tokens": cap}, self.gen_retry, self.stats)
+            self._add(mt.ids, mt.logprobs, trainable=True)
+            record: dict = {"turn": turn, "model_tokens": len(mt.ids), "finish_reason": mt.finish_reason}
+            self.turns.append(record)
+            if mt.finish_reason == "abort":
+                self.status, self.reason = "aborted", "the inference server aborted the request"
+                return
+            if not mt.ids:
+                self.status, self.reason = "truncated", "the model produced no tokens (context full)"
+                return
+            reply = await env.step(turn, mt.text)
+            self.rewards.append(float(reply["reward"]))
+            record["reward"] = float(reply["reward"])
+            if reply.get("replayed"):
+                record["replayed"] = True
+            if reply["done"]:
+                self.ended = True
+                self.validation = reply.get("validation")
+                if self.validation is not None and self.validation.get("error"):
+                    raise _Fail(f"terminal hook {self.validation.get('hook')} failed: {self.validation['error']}")
+                if reply.get("truncated"):
+                    self.status, self.reason = "truncated", "the env ended the episode early (its step limit)"
+                return
+            if turn == s.max_turns - 1:
+                self.status, self.reason = "truncated", f"max_turns={s.max_turns} reached"
+                return
+            messages.append({"role": "assistant", "content": mt.text})
+            obs = {"role": s.observation_role, "content": reply.get("observation") or ""}
+            obs_ids, context = self._observation_tokens(messages, obs, context, mt.ids)
+            record["observation_tokens"] = len(obs_ids)
+            if len(self.resp_ids) + len(obs_ids) >= budget:
+                self.status, self.reason = "truncated", "the next observation does not fit the response budget"
+                return
+            self._add(obs_ids, None, trainable=False)
+            messages.append(obs)
+
+    def _observation_tokens(self, messages: list[dict], obs: dict, context: str,
+                            model_ids: list[int]) -> tuple[list[int], str]:
+        """The ids the chat template adds after the model's turn for ``obs``, tokenized once."""
+        chat = self.chat
+        base = chat.render(messages, add_generation_prompt=False)
+        full = chat.render(messages + [obs], add_generation_prompt=True)
+        if not full.startswith(base):
+            raise _Fail("the chat template does not render the conversation with an observation as a continuation "
+                        "of the conversation without it; cannot tell which tokens the observation adds")
+        closing = ""
+        turn_text = base[len(context):] if base.startswith(context) else None
+        produced = chat.decode(model_ids)
+        if turn_text is not None and turn_text.startswith(produced):
+            closing = turn_text[len(produced):]  # template text that ends the turn, not written by the model
+        else:
+            self.template_rewrites += 1  # the template re-renders this turn differently (e.g. drops reasoning)
+        return chat.encode(closing + full[len(base):]), full
+
+    # --- the sample --------------------------------------------------------------------------
+    def _fill(self, session_id: Optional[str], seconds: float) -> Any:
+        smp = self.sample
+        status_enum = type(smp.status)
+        failed = self.status == "failed"
+        validation = None if self.validation is None else self.validation.get("reward")
+        if not self.prompt_ids:  # the session never started: the task's prompt, so the sample has tokens
+            self.prompt_ids = self.chat.encode(self.chat.render(
+                [{"role": "user", "content": str(smp.prompt)}], add_generation_prompt=True))
+        smp.tokens = self.prompt_ids + self.resp_ids
+        smp.response_length = len(self.resp_ids)
+        smp.response = self.chat.decode(self.resp_ids)
+        smp.loss_mask = [0] * len(self.mask) if failed else list(self.mask)
+        smp.rollout_log_probs = list(self.logprobs)
+        smp.reward = 0.0 if failed else aggregate(self.settings.reward, self.rewards, validation, self.ended)
+        smp.status = status_enum(self.status)
+        if failed:
+            smp.remove_sample = True  # slime zeroes its loss mask; it is no evidence about the policy
+        if session_id is not None and getattr(smp, "session_id", None) is None:
+            smp.session_id = session_id  # slime's consistent-hash routing: an episode's turns share an engine
+        smp.metadata = dict(smp.metadata or {})
+        smp.metadata["http_env_episode"] = {
+            "session_id": session_id, "turns": len(self.turns), "per_turn": self.turns, "rewards": self.rewards,
+            "validation": self.validation, "status_reason": self.reason, "errors": self.errors,
+            "calls": self.stats.calls, "retries": self.stats.retries, "retried_after": self.stats.errors,
+            "template_rewrites": self.template_rewrites, "seconds": round(seconds, 4), "evaluation": self.evaluation,
+        }
+        return smp
+
+
+async def generate(args, sample, sampling_params, evaluation=False):
+    """slime's custom generate signature; returns the sample with tokens, mask, log-probs, reward, status."""
+    settings = run_settings(args)
+    overrides = (sample.metadata or {}).get(CONFIG_KEY)
+    chat = chat_mod.load(tokenizer_dir(args, settings))
+    try:
+        settings = with_overrides(settings, overrides, f"sample.metadata.{CONFIG_KEY}.")
+    except ConfigErrors as e:  # a bad row fails its sample, not the run
+        ep = Episode(args, sample, sampling_params, settings, chat, evaluation)
+        ep._failed(f"bad sample.metadata.{CONFIG_KEY}: {e}")
+        return ep._fill(None, 0.0)
+    return await Episode(args, sample, sampling_params, settings, chat, evaluation).run()
