@@ -197,6 +197,8 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         latest, _ = rundir.last_metrics()
         final = final_state(code if code is not None else 1, trainer.signalled, lost)
         rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
-                     latest_checkpoint=state.latest_complete, state=final)
-        rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest, exit_code=code)
+                     latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
+        if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
+            rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
+                                 exit_code=code)
     return exit_code(code, trainer.signalled)
