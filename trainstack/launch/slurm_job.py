@@ -56,14 +56,25 @@ class TaskEnv:
 
     @classmethod
     def from_env(cls) -> "TaskEnv":
+        """Task facts from submitit's JobEnvironment (the scheduler's view, as submitit reads it);
+        SLURM's variables directly where submitit cannot tell (not under a scheduler it knows)."""
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)  # not in JobEnvironment
+        try:
+            import submitit
+
+            je = submitit.JobEnvironment()
+            return cls(job_id=str(je.job_id), rank=je.global_rank, ntasks=je.num_tasks,
+                       hostnames=list(je.hostnames) or [socket.gethostname()], hostname=je.hostname,
+                       restart_count=restarts)
+        except (ImportError, RuntimeError, KeyError):
+            pass
         env = os.environ
         job_id = env.get("SLURM_ARRAY_JOB_ID") and f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID')}" \
             or env.get("SLURM_JOB_ID", "local")
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
         return cls(job_id=job_id, rank=int(env.get("SLURM_PROCID", "0")), ntasks=int(env.get("SLURM_NTASKS", "1")),
                    hostnames=expand_nodelist(nodelist) or [socket.gethostname()],
-                   hostname=env.get("SLURMD_NODENAME") or socket.gethostname(),
-                   restart_count=int(env.get("SLURM_RESTART_COUNT") or 0))
+                   hostname=env.get("SLURMD_NODENAME") or socket.gethostname(), restart_count=restarts)
 
     @property
     def single_host(self) -> bool:
