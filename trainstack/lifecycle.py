@@ -15,6 +15,7 @@ import sys
 from typing import Callable, Protocol
 
 from trainstack.checkpoints import inspect
+from trainstack.hub import hooks as hub_hooks
 from trainstack.lease import Lease, LeaseHeld
 from trainstack.resume import FINISHED, RESUME, ResumePlan, plan
 from trainstack.rundir import RunDir
@@ -65,6 +66,7 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         return EXIT_BUSY
     try:
         resume_plan = plan(spec, rundir)  # may raise ConfigErrors: reported by the caller, lease released below
+        hub_hooks.restore(spec, rundir, resume_plan)  # hub (issue 13): a Hub checkpoint is downloaded + checked here
         return _run_with_lease(spec, rundir, lease, resume_plan, start)
     finally:
         lease.release()
@@ -95,9 +97,12 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     rundir.update_status(run_id=spec.run_id, state="running", num_rollout=rp.num_rollout, host=lease.record.host,
                          pid=os.getpid(), last_checkpoint=rp.checkpoint.latest_complete)
     trainer = start(trainer_env(spec, rundir), rundir)
+    sync = hub_hooks.start_sync(spec, rundir, lease, rp)  # hub (issue 13): background pushes beside the trainer
 
     def on_signal(signum, _frame):
         rundir.event("signal", signal=signal.Signals(signum).name)
+        if sync is not None:  # hub (issue 13): the final push must fit in the grace period
+            sync.note_signal(spec.resume.grace_s)
         trainer.stop(signum)
 
     def on_lease_lost():
@@ -112,6 +117,7 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    hub_hooks.finish_sync(spec, sync, trainer.signalled)  # hub (issue 13): last checkpoint pushed before the end
     state = inspect(spec.args.get("save") or str(rundir.checkpoints))
     latest, _ = rundir.last_metrics()
     rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,

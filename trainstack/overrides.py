@@ -19,6 +19,7 @@ from typing import Any
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
+from trainstack.secrets import REDACTED, redact_override
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
 _FREE_MAPS = {"runtime_env.env_vars", "cluster.extra"}  # user-named keys
@@ -45,6 +46,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         return token, None  # let Hydra's own parser explain
     prefix, key, value = m.group("prefix") or "", m.group("key"), m.group("value")
     head, _, rest = key.partition(".")
+    shown = redact_override(token)  # a secret typed under the wrong key is still never echoed
+    shown_value = REDACTED if shown != token and value is not None else value
     if key.startswith("hydra") or "@" in key or "/" in key:
         return token, None
     if key == "resume" and value is not None and prefix == "":  # shorthand: resume=never
@@ -59,17 +62,17 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
                 close = difflib.get_close_matches(v, options, n=3, cutoff=0.5)
                 fix = (f"did you mean {head}={close[0]}?" if close else "") + f" available: {', '.join(options)}"
                 return token, ConfigError(head, f"no {head} preset named '{v}'", fix.strip(), value=v,
-                                          source=f"command line `{token}`")
+                                          source=f"command line `{shown}`")
         return token, None
     if head not in ROOT_KEYS:
         table = at.load_table()
         cand = table.suggest(key)
         if cand:
-            fix = f"slime arguments go under args.: did you mean 'args.{cand[0]}={value}'?"
+            fix = f"slime arguments go under args.: did you mean 'args.{cand[0]}={shown_value}'?"
         else:
             close = difflib.get_close_matches(head, sorted(ROOT_KEYS - {'hydra'}), n=3, cutoff=0.6)
             fix = at.did_you_mean(close) or "top-level keys: " + ", ".join(sorted(ROOT_KEYS - {"hydra"}))
-        return token, ConfigError(key, "unknown config key", fix, source=f"command line `{token}`")
+        return token, ConfigError(key, "unknown config key", fix, source=f"command line `{shown}`")
     if head in DEST_NAMESPACES:
         if not rest:
             return token, None
@@ -81,7 +84,7 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
             cand = table.suggest(dest)
             fix = at.did_you_mean(cand, f"{head}.") or "this is not one of slime's 1390 arguments; see docs/config.md"
             return token, ConfigError(key, "not a slime argument (slime would silently ignore it)", fix,
-                                      value=value, source=f"command line `{token}`")
+                                      value=shown_value, source=f"command line `{shown}`")
         if prefix in ("", "+"):
             return f"++{key}={value}" if value is not None else token, None
         return token, None
@@ -91,7 +94,7 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         if field_name not in names:
             close = difflib.get_close_matches(field_name, names, n=3, cutoff=0.6)
             fix = at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
-            return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{token}`")
+            return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{shown}`")
         if prefix in ("", "+") and value is not None and (not sub or f"{head}.{field_name}" in _FREE_MAPS):
             return f"++{key}={value}", None  # a schema field a preset file may not spell out
     return token, None

@@ -13,7 +13,7 @@ from trainstack.checkpoints import CheckpointState, inspect
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES
 from trainstack.rundir import RunDir
-from trainstack.schema import ResumeSpec
+from trainstack.schema import HubSpec, ResumeSpec
 
 
 class PlannedRun(Protocol):
@@ -23,6 +23,7 @@ class PlannedRun(Protocol):
     run_dir: str
     args: dict[str, Any]
     resume: ResumeSpec
+    hub: HubSpec
 
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 
@@ -34,14 +35,17 @@ class ResumePlan:
     from_rollout: int = 0  # the first rollout the trainer will run
     num_rollout: int | None = None
     changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
+    source: str = "local"  # where the checkpoint is: local (the run dir) | hub (downloaded before the start)
+    hub: Any = None  # trainstack.hub.restore.HubState when Hub sync is on: what the Hub holds of the run
 
     def describe(self) -> str:
+        where = f" on the Hub ({self.hub.describe()})" if self.source == "hub" else ""
         if self.action == FRESH:
             return "fresh start (no checkpoint yet)"
         if self.action == FINISHED:
-            return (f"finished: checkpoint at rollout {self.checkpoint.latest_complete} covers num_rollout "
+            return (f"finished: checkpoint at rollout {self.checkpoint.latest_complete}{where} covers num_rollout "
                     f"{self.num_rollout}")
-        return f"resuming from rollout {self.checkpoint.latest_complete} (next: {self.from_rollout})"
+        return f"resuming from rollout {self.checkpoint.latest_complete}{where} (next: {self.from_rollout})"
 
 
 def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +68,15 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
             "checkpoints", f"{save}: {state.problem}; slime would load it", "move the broken iter_* directory "
             "or the tracker file aside (or restore it), then relaunch", source=run.run_dir)])
     stored = rundir.stored_args()
+    # --- hub (issue 13): a newer complete checkpoint on the Hub wins over the run dir's ----------------
+    from trainstack.hub.restore import lookup
+
+    hub_state = lookup(run, state.latest_complete)
+    source = "local"
+    if hub_state is not None and hub_state.record is not None and hub_state.latest is not None and (
+            state.latest_complete is None or hub_state.latest > state.latest_complete):
+        state, stored, source = CheckpointState(save, hub_state.latest, hub_state.latest), hub_state.record["args"], "hub"
+    # --- end hub ----------------------------------------------------------------------------------------
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
         changes = config_changes(stored, run.args)
@@ -83,12 +96,13 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
             value="never", source=run.run_dir)])
     if mode == "must" and not state.resumable:
         raise ConfigErrors([ConfigError(
-            "resume.mode", f"resume=must but run {run.run_id} has no complete checkpoint in {save}",
+            "resume.mode", f"resume=must but run {run.run_id} has no complete checkpoint in {save}"
+            + (f" nor on the Hub ({hub_state.repo_id})" if hub_state is not None else ""),
             "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
     if not state.resumable:
-        return ResumePlan(FRESH, state, 0, num_rollout)
+        return ResumePlan(FRESH, state, 0, num_rollout, hub=hub_state)
     assert state.latest_complete is not None  # resumable
     start = state.latest_complete + 1
     if isinstance(num_rollout, int) and num_rollout <= start:
-        return ResumePlan(FINISHED, state, start, num_rollout, changes)
-    return ResumePlan(RESUME, state, start, num_rollout, changes)
+        return ResumePlan(FINISHED, state, start, num_rollout, changes, source, hub_state)
+    return ResumePlan(RESUME, state, start, num_rollout, changes, source, hub_state)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from trainstack import secrets
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.rundir import layout
-from trainstack.schema import ClusterSpec, ResumeSpec
+from trainstack.schema import ClusterSpec, HubSpec, ResumeSpec
 
 if TYPE_CHECKING:
     from trainstack.render import SlimeCommand
@@ -68,6 +68,7 @@ class RunSpec:
     provenance: Provenance
     spec_version: int = SPEC_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # launcher facts (e.g. a SLURM job) added later
+    hub: HubSpec = field(default_factory=HubSpec)  # Hub sync and restore (docs/hub.md); absent in older specs
 
     # --- made from a resolved run ---------------------------------------------------------
     @classmethod
@@ -80,7 +81,7 @@ class RunSpec:
                    data_prepare=run.meta.get("env", {}).get("prepare"), data_root=run.paths.data_root,
                    config=secrets.redact(run.config), choices=dict(run.origin.choices),
                    overrides=[secrets.redact_override(o.lstrip("+")) for o in run.origin.overrides],
-                   provenance=make_provenance(cmd.meta.get("slime_commit", ""), run.origin.cwd))
+                   provenance=make_provenance(cmd.meta.get("slime_commit", ""), run.origin.cwd), hub=run.hub)
 
     # --- what the lifecycle reads ---------------------------------------------------------
     def slime_command(self) -> "SlimeCommand":
@@ -114,6 +115,8 @@ class RunSpec:
             values["resume"] = ResumeSpec(**values["resume"])
             values["cluster"] = ClusterSpec(**values["cluster"])
             values["provenance"] = Provenance(**values["provenance"])
+            if "hub" in values:
+                values["hub"] = HubSpec(**values["hub"])
             return cls(**values)
         except (KeyError, TypeError) as ex:
             raise _unreadable(where, f"a field is missing or malformed ({ex})",

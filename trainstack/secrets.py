@@ -3,7 +3,9 @@ an argv is shown without them. Secrets come from the environment at run time and
 written to a run dir, a log or a printed command."""
 from __future__ import annotations
 
-from typing import Any
+import os
+import re
+from typing import Any, Iterable, Mapping
 
 REDACTED = "<redacted>"
 
@@ -48,3 +50,20 @@ def redact_override(text: str) -> str:
     """`key=value` as the user typed it, with a secret value hidden."""
     key, eq, _ = text.partition("=")
     return f"{key}=<redacted>" if eq and is_secret_name(key.lstrip("+~").rsplit(".", 1)[-1]) else text
+
+
+# Credentials recognisable by their shape: an Authorization header, a Hugging Face user token.
+_SECRET_SHAPES = (re.compile(r"(?i)(bearer\s+)[^\s'\",;]+"), re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"))
+
+
+def scrub(text: str, extra: Iterable[str] = (), env: Mapping[str, str] | None = None) -> str:
+    """Free text (an error message from a client library, a log line) with every credential removed:
+    the values of the environment's secret-named variables, `extra` known values, bearer headers and
+    Hugging Face tokens."""
+    env = os.environ if env is None else env
+    values = {v for k, v in env.items() if v and is_secret_name(k)} | {v for v in extra if v}
+    for v in sorted(values, key=len, reverse=True):
+        if len(v) >= 4:
+            text = text.replace(v, REDACTED)
+    text = _SECRET_SHAPES[0].sub(lambda m: m.group(1) + REDACTED, text)
+    return _SECRET_SHAPES[1].sub(REDACTED, text)

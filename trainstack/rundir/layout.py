@@ -32,6 +32,9 @@ TRAINER_LOG = "trainer.log"  # under logs/
 RAY_HEAD_LOG = "ray_head.log"  # under logs/
 SLURM_FOLDER = "slurm"  # submitit's folder of a single submitted run: slurm/%j
 RAY_RENDEZVOUS = "ray"  # multi-node Ray rendezvous: ray/<job id>/
+ROLLOUT_DATA = "rollout_data"  # hub.push_rollouts: slime's --save-debug-rollout-data dumps
+ROLLOUT_DATA_FILE = "rollout_{rollout_id}.pt"  # slime formats it per rollout (eval: rollout_eval_<id>.pt)
+HUB_RESTORE = ".hub-restore"  # under checkpoints/: a Hub download in progress (moved into place when verified)
 # slime's checkpoint tracker in --save (Megatron's name), read by slime, the tiny trainer and us.
 TRACKER = "latest_checkpointed_iteration.txt"
 # Sweep directory.
