@@ -95,14 +95,16 @@ class SyncWorker:
 
     def _loop(self) -> None:
         try:
+            self._client_for()  # the client's import and setup happen while the trainer starts, not on a save
             while True:
                 self._scan()
                 if self.final:
                     self._select_last()
-                if self.wanted is not None and time.monotonic() >= self.next_try:
-                    self._attempt(self.wanted)
                 if self.fenced or self.abandoned or (self.final and self.wanted is None):
                     return
+                if self.wanted is not None and time.monotonic() >= self.next_try:
+                    self._attempt(self.wanted)
+                    continue  # look at the tracker again before deciding anything else
                 wait = self.poll_s if self.wanted is None else min(self.poll_s, max(self.next_try - time.monotonic(),
                                                                                      0.01))
                 self._wake.wait(wait)
