@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_exec)
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
+    from trainstack.hub.cli import add_hub  # hub ls / pull (issue 13)
+
+    add_hub(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main
