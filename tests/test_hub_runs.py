@@ -258,3 +258,57 @@ def test_docs_walkthrough_runs_as_written(tmp_path):
         down = run_doc("down", tmp_path, env)
     assert down.returncode == 0, down.stderr
     assert "hub_restore" in [e["event"] for e in events(tmp_path / "runs" / "demo")]
+
+
+# -------------------------------------------------------------------------------------------------
+# another cluster and launcher: local -> SLURM (the local one-node cluster, scripts/slurm-local.sh)
+# -------------------------------------------------------------------------------------------------
+def _slurm_problem() -> str | None:
+    if shutil.which("sbatch") is None or os.geteuid() != 0:
+        return "no sbatch, or not root (scripts/slurm-local.sh up)"
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    return None if "UP" in ping.stdout else "slurmctld is not up (scripts/slurm-local.sh up)"
+
+
+SLURM_PROBLEM = _slurm_problem()
+
+
+@pytest.mark.skipif(SLURM_PROBLEM is not None and os.environ.get("TRAINSTACK_REQUIRE_SLURM") != "1",
+                    reason=f"SLURM: {SLURM_PROBLEM}")
+def test_a_run_started_locally_continues_on_slurm_from_the_hub(tmp_path):
+    """docs/hub.md's cross-cluster line: the run starts with the local launcher, then the same run_id is
+    submitted to SLURM with another runs root: the job finds no checkpoint in its run dir, restores the
+    Hub's, passes the resume check against the config stored with it and ends with the weights of a run
+    that never moved."""
+    assert SLURM_PROBLEM is None, SLURM_PROBLEM
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins")]),
+           "TRAINSTACK_HUB_DIR": str(tmp_path / ".hub-local"), "HF_HOME": str(tmp_path / "hf-home"),
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_TOKEN", None)
+    up = run_doc("up", tmp_path, env)
+    assert up.returncode == 0, up.stderr
+    env["HF_ENDPOINT"] = up.stdout.strip().split("=", 1)[1]
+    try:
+        first = run_doc("run", tmp_path, env)
+        assert first.returncode == 0, first.stderr
+        ref = subprocess.run(doc_argv(DOC["slurm"].split(" hub.repo_id")[0].replace("run_id=demo", "run_id=ref")),
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert ref.returncode == 0, ref.stderr
+        sub = run_doc("slurm", tmp_path, env)
+        assert sub.returncode == 0 and "as SLURM job " in sub.stderr, sub.stderr
+        job = sub.stderr.split("as SLURM job ")[1].split()[0]
+        deadline = time.monotonic() + 240
+        while job in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split():
+            assert time.monotonic() < deadline, f"SLURM job {job} still queued"
+            time.sleep(1)
+    finally:
+        run_doc("down", tmp_path, env)
+    rd = tmp_path / "cluster-runs" / "demo"
+    evs = events(rd)
+    kinds = [e["event"] for e in evs]
+    assert "hub_restore" in kinds, (kinds, (rd / "slurm").exists() and list((rd / "slurm").rglob("*.err")))
+    restore = next(e for e in evs if e["event"] == "hub_restore")
+    assert restore["iteration"] == 5 and [e for e in evs if e["event"] == "resume"][-1]["from_rollout"] == 6
+    assert status(rd)["state"] == "finished" and status(rd)["hub"]["last_pushed"] == 13
+    final = Path("checkpoints") / "iter_0000013" / "model.pt"
+    assert same_weights(tmp_path / "runs" / "ref" / final, rd / final)
