@@ -303,3 +303,28 @@ def test_no_token_in_events_status_logs_or_hub_requests(fake_hub, tmp_path, capf
     assert token not in describe_error(RuntimeError(f"401 for Authorization: Bearer {token} ({token})"))
     threading.enumerate()  # the worker thread is gone (finish returned): nothing left to leak later
     assert not any(t.name == "trainstack-hub-sync" and t.is_alive() for t in threading.enumerate())
+
+
+# -------------------------------------------------------------------------------------------------
+# trainstack hub ls / pull
+# -------------------------------------------------------------------------------------------------
+def test_hub_ls_and_pull_an_older_checkpoint(fake_hub, tmp_path, capsys):
+    from trainstack import cli
+    from trainstack.hub.push import PushJob, push_checkpoint
+
+    save = tmp_path / "ck"
+    written = {n: write_checkpoint(save, n) for n in (1, 3)}
+    for n in (1, 3):
+        push_checkpoint(client(), PushJob("r", n, str(save), 1, {}), lambda: True)
+    assert cli.main(["hub", "ls", "r", "--repo-id", REPO, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["pointer"]["iteration"] == 3
+    assert [(c["iteration"], c["files"], c["complete"]) for c in data["checkpoints"]] == [(3, 5, True), (1, 5, True)]
+    assert cli.main(["hub", "pull", "r", "--repo-id", REPO, "--iter", "1", "--to", str(tmp_path / "old")]) == 0
+    assert {rel: (tmp_path / "old" / rel).read_bytes() for rel in written[1]} == written[1]
+    assert (tmp_path / "old" / "latest_checkpointed_iteration.txt").read_text() == "1"
+    assert "pulled iter_0000001" in capsys.readouterr().out
+    assert cli.main(["hub", "pull", "r", "--repo-id", REPO, "--iter", "2", "--to", str(tmp_path / "x")]) == 2
+    assert "no pushed iter_0000002" in capsys.readouterr().err
+    assert cli.main(["hub", "ls", "r"]) == 2  # no run dir, no --repo-id: which repo?
+    assert "--repo-id" in capsys.readouterr().err

@@ -192,8 +192,8 @@ class FakeHub:
             for path in [p for p in files if p.startswith(prefix)]:
                 del files[path]
         files.update(adds)
-        digest = hashlib.sha1(json.dumps([parent, message, time.time_ns(), sorted(
-            (p, git_oid(c)) for p, c in files.items())]).encode()).hexdigest()
+        digest = hashlib.sha1(json.dumps([parent, message, time.time_ns(), sorted(deletes), sorted(deleted_folders),
+                                          sorted((p, git_oid(c)) for p, c in adds.items())]).encode()).hexdigest()
         commit = Commit(digest, parent, message, files, time.time())
         repo.commits[digest] = commit
         repo.branches[branch] = digest

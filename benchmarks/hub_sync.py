@@ -1,0 +1,167 @@
+"""Benchmark: does Hub sync slow training down, and does training pause while the Hub is down?
+
+Runs the CPU smoke config (`python run.py`, tiny trainer) against the fake Hub in its own process
+(`python -m trainstack.fakes.hub` at nice 19, standing in for a remote service; the real
+huggingface_hub client talks to it):
+
+1. sync off vs sync on (`hub.repo_id`), interleaved, `--reps` each: the median `perf/rollout_time`
+   and `perf/step_time` per rollout (target: on within 5% of off);
+2. sync on with the Hub down for `--outage-s` seconds mid-run (every connection dropped): rollout
+   times while it is down vs sync off, the longest step, how many pushes failed, and whether the
+   backlog was pushed afterwards (the Hub's pointer names the run's last checkpoint).
+
+Writes benchmarks/results/hub_sync.json.
+
+    .venv/bin/python benchmarks/hub_sync.py [--num-rollout 300] [--reps 2] [--outage-s 60]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPO = "bench/ckpts"
+
+
+def start_hub(tmp: Path) -> tuple[subprocess.Popen, str]:
+    ready = tmp / "hub.url"
+    # nice 19: the fake stands in for a remote service; its CPU is not the trainer machine's cost
+    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "trainstack.fakes.hub", "--port", "0",
+                             "--ready-file", str(ready)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(100):
+        if ready.exists():
+            return proc, ready.read_text().strip()
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the fake Hub did not start")
+
+
+def post(url: str, body: dict | None, method: str = "POST") -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def rollout_metrics(run_dir: Path) -> list[dict]:
+    out = []
+    for ln in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            rec = json.loads(ln)
+        except ValueError:
+            continue
+        if rec.get("step_key") == "rollout/step":
+            out.append(rec["metrics"] | {"step": rec["step"]})
+    return out
+
+
+def launch(tmp: Path, run_id: str, num_rollout: int, save_interval: int, hub: str | None, env: dict) -> subprocess.Popen:
+    argv = [sys.executable, str(ROOT / "run.py"), f"paths.runs_root={tmp}/runs", f"paths.data_root={tmp}/data",
+            f"run_id={run_id}", f"env.num_rollout={num_rollout}", f"args.save_interval={save_interval}",
+            "env.eval_interval=null", "env.eval_prompt_data=null"] + ([f"hub.repo_id={REPO}", "hub.retry_max_s=5"]
+                                                                      if hub else [])
+    return subprocess.Popen(argv, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def summary(rows: list[dict]) -> dict:
+    return {"rollouts": len(rows),
+            "rollout_time_median_s": round(statistics.median(r["perf/rollout_time"] for r in rows), 5),
+            "step_time_median_s": round(statistics.median(r["perf/step_time"] for r in rows), 5),
+            "step_time_max_s": round(max(r["perf/step_time"] for r in rows), 4)}
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (run_dir / "events.jsonl").read_text().splitlines() if ln.strip()]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--num-rollout", type=int, default=300)
+    ap.add_argument("--save-interval", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--outage-s", type=float, default=60.0)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "hub_sync.json"))
+    ns = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="hub-bench-"))
+    hub_proc, url = start_hub(tmp)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": url, "HF_HOME": str(tmp / "hf-home"),
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env.pop("HF_TOKEN", None)
+    result: dict = {"config": {"num_rollout": ns.num_rollout, "save_interval": ns.save_interval, "reps": ns.reps,
+                               "outage_s": ns.outage_s, "backend": "tiny (cpu-smoke, eval off)"}, "cpus": os.cpu_count()}
+    try:
+        per: dict[str, list[dict]] = {"off": [], "on": []}
+        pushes = 0
+        for rep in range(ns.reps):
+            for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+                run_id = f"{mode}-{rep}"
+                proc = launch(tmp, run_id, ns.num_rollout, ns.save_interval, REPO if mode == "on" else None, env)
+                _, err = proc.communicate()
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{run_id} failed:\n{err[-3000:]}")
+                rows = rollout_metrics(tmp / "runs" / run_id)
+                per[mode] += rows
+                pushes += sum(e["event"] == "hub_push" for e in events(tmp / "runs" / run_id))
+                print(f"{run_id}: {summary(rows)}", file=sys.stderr)
+        off, on = summary(per["off"]), summary(per["on"])
+        result["sync"] = {"off": off, "on": on, "pushes_on": pushes,
+                          "rollout_time_ratio": round(on["rollout_time_median_s"] / off["rollout_time_median_s"], 4),
+                          "step_time_ratio": round(on["step_time_median_s"] / off["step_time_median_s"], 4),
+                          "target_ratio": 1.05}
+
+        # the Hub down for a minute in the middle of a run
+        n = max(ns.num_rollout, int(3 * ns.outage_s / max(off["step_time_median_s"], 0.01)))
+        run_dir = tmp / "runs" / "outage"
+        proc = launch(tmp, "outage", n, ns.save_interval, REPO, env)
+        count = lambda: len(rollout_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists() else 0  # noqa: E731
+        while count() < n // 4:
+            if proc.poll() is not None:
+                raise RuntimeError(proc.communicate()[1][-3000:])
+            time.sleep(0.2)
+        post(f"{url}/_fake/faults", {"kind": "drop", "match": "", "count": None, "seconds": ns.outage_s})
+        t_down, first = time.monotonic(), count()
+        while time.monotonic() - t_down < ns.outage_s:
+            time.sleep(0.2)
+        last = count()
+        t_up = time.monotonic()
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"outage run failed:\n{err[-3000:]}")
+        rows = rollout_metrics(run_dir)
+        down_rows = [r for r in rows if first < r["step"] <= last]
+        evs = events(run_dir)
+        failed = [e for e in evs if e["event"] == "hub_push_failed"]
+        pushed = [e for e in evs if e["event"] == "hub_push"]
+        status = json.loads((run_dir / "status.json").read_text())
+        raw = urllib.request.urlopen(f"{url}/{REPO}/resolve/main/outage/latest.json", timeout=10).read()
+        down = summary(down_rows)
+        result["outage"] = {
+            "num_rollout": n, "down_s": ns.outage_s, "rollouts_while_down": len(down_rows),
+            "while_down": down, "whole_run": summary(rows),
+            "rollout_time_ratio_while_down_vs_off": round(down["rollout_time_median_s"] / off["rollout_time_median_s"], 4),
+            "push_failed_events": len(failed), "pushes": len(pushed),
+            "pushes_after_the_hub_came_back": sum(1 for e in pushed if e["iteration"] > last),
+            "seconds_from_hub_back_to_exit": round(time.monotonic() - t_up, 1),
+            "last_checkpoint": status["last_checkpoint"], "hub_pointer": json.loads(raw)["iteration"],
+            "backlog_pushed": json.loads(raw)["iteration"] == status["last_checkpoint"]}
+    finally:
+        hub_proc.terminate()
+        hub_proc.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    Path(ns.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
