@@ -4,15 +4,17 @@ Runs the CPU smoke config (`python run.py`, tiny trainer) against the fake Hub i
 (`python -m trainstack.fakes.hub` at nice 19, standing in for a remote service; the real
 huggingface_hub client talks to it):
 
-1. sync off vs sync on (`hub.repo_id`), interleaved, `--reps` each: the median `perf/rollout_time`
-   and `perf/step_time` per rollout (target: on within 5% of off);
+1. sync off vs sync on (`hub.repo_id`) in `--reps` back-to-back pairs (order alternating, so drifts in
+   the machine's load hit both): per pair the ratio of the median `perf/rollout_time` (target: on
+   within 5% of off; the median over pairs is reported, with every pair), and the CPU seconds of
+   the launcher + trainer process tree (os.wait4), whose difference is what the sync itself costs;
 2. sync on with the Hub down for `--outage-s` seconds mid-run (every connection dropped): rollout
    times while it is down vs sync off, the longest step, how many pushes failed, and whether the
    backlog was pushed afterwards (the Hub's pointer names the run's last checkpoint).
 
 Writes benchmarks/results/hub_sync.json.
 
-    .venv/bin/python benchmarks/hub_sync.py [--num-rollout 300] [--reps 2] [--outage-s 60]
+    .venv/bin/python benchmarks/hub_sync.py [--num-rollout 200] [--reps 5] [--outage-s 60]
 """
 from __future__ import annotations
 
@@ -86,9 +88,9 @@ def events(run_dir: Path) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--num-rollout", type=int, default=300)
+    ap.add_argument("--num-rollout", type=int, default=200)
     ap.add_argument("--save-interval", type=int, default=10)
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--outage-s", type=float, default=60.0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "hub_sync.json"))
     ns = ap.parse_args()
@@ -100,24 +102,40 @@ def main() -> int:
     result: dict = {"config": {"num_rollout": ns.num_rollout, "save_interval": ns.save_interval, "reps": ns.reps,
                                "outage_s": ns.outage_s, "backend": "tiny (cpu-smoke, eval off)"}, "cpus": os.cpu_count()}
     try:
+        result["load_average_before"] = [round(x, 2) for x in os.getloadavg()]
         per: dict[str, list[dict]] = {"off": [], "on": []}
+        cpu: dict[str, list[float]] = {"off": [], "on": []}
+        pairs: list[dict] = []
         pushes = 0
         for rep in range(ns.reps):
+            pair = {}
             for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
                 run_id = f"{mode}-{rep}"
                 proc = launch(tmp, run_id, ns.num_rollout, ns.save_interval, REPO if mode == "on" else None, env)
-                _, err = proc.communicate()
+                err = proc.stderr.read() if proc.stderr else ""
+                _, wstatus, usage = os.wait4(proc.pid, 0)  # CPU of the launcher and everything it waited for
+                proc.returncode = os.waitstatus_to_exitcode(wstatus)
                 if proc.returncode != 0:
                     raise RuntimeError(f"{run_id} failed:\n{err[-3000:]}")
                 rows = rollout_metrics(tmp / "runs" / run_id)
                 per[mode] += rows
+                cpu[mode].append(usage.ru_utime + usage.ru_stime)
+                pair[mode] = summary(rows)["rollout_time_median_s"]
                 pushes += sum(e["event"] == "hub_push" for e in events(tmp / "runs" / run_id))
-                print(f"{run_id}: {summary(rows)}", file=sys.stderr)
+                print(f"{run_id}: {summary(rows)} cpu {cpu[mode][-1]:.1f} s", file=sys.stderr)
+            pairs.append({"off": pair["off"], "on": pair["on"], "ratio": round(pair["on"] / pair["off"], 4)})
         off, on = summary(per["off"]), summary(per["on"])
-        result["sync"] = {"off": off, "on": on, "pushes_on": pushes,
-                          "rollout_time_ratio": round(on["rollout_time_median_s"] / off["rollout_time_median_s"], 4),
-                          "step_time_ratio": round(on["step_time_median_s"] / off["step_time_median_s"], 4),
-                          "target_ratio": 1.05}
+        cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+        result["sync"] = {
+            "off": off, "on": on, "pushes_on": pushes, "pairs": pairs,
+            "rollout_time_ratio_median_of_pairs": round(statistics.median(p["ratio"] for p in pairs), 4),
+            "rollout_time_ratio_pooled": round(on["rollout_time_median_s"] / off["rollout_time_median_s"], 4),
+            "step_time_ratio_pooled": round(on["step_time_median_s"] / off["step_time_median_s"], 4),
+            "target_ratio": 1.05,
+            "cpu_s_per_run": {"off": round(cpu_off, 2), "on": round(cpu_on, 2)},
+            "sync_cpu_s_per_push": round((cpu_on - cpu_off) / max(pushes / ns.reps, 1), 4),
+            "sync_cpu_share_of_run": round((cpu_on - cpu_off) / cpu_off, 4)}
+        result["load_average_after_pairs"] = [round(x, 2) for x in os.getloadavg()]
 
         # the Hub down for a minute in the middle of a run
         n = max(ns.num_rollout, int(3 * ns.outage_s / max(off["step_time_median_s"], 0.01)))

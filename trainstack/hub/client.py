@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -75,17 +73,20 @@ class HubClient:
 
     # --- reading ---------------------------------------------------------------------------
     def read_json(self, path: str, revision: str) -> Any | None:
-        """A small JSON file at a revision; None when the file (or the repo) does not exist."""
+        """A small JSON file at a revision, read into memory through the client's own HTTP stack (the
+        `resolve` GET that hf_hub_download makes, with its retries; no cache dir); None when the file
+        (or the repo) does not exist."""
+        from huggingface_hub import hf_hub_url
         from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
 
-        tmp = tempfile.mkdtemp(prefix="trainstack-hub-")
+        url = hf_hub_url(self.repo_id, path, revision=revision, endpoint=self.endpoint)
+        response = http_backoff("GET", url, headers=build_hf_headers(), follow_redirects=True)
         try:
-            local = self.api.hf_hub_download(self.repo_id, path, revision=revision, local_dir=tmp)
-            return json.loads(Path(local).read_text(encoding="utf-8"))
+            hf_raise_for_status(response)
         except (EntryNotFoundError, RepositoryNotFoundError):
             return None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        return json.loads(response.content.decode("utf-8"))
 
     def ls(self, path: str, revision: str = "main", recursive: bool = False) -> list[Entry]:
         """Entries under a folder; [] when it does not exist."""
