@@ -7,7 +7,9 @@ huggingface_hub client talks to it):
 1. sync off vs sync on (`hub.repo_id`) in `--reps` back-to-back pairs (order alternating, so drifts in
    the machine's load hit both): per pair the ratio of the median `perf/rollout_time` (target: on
    within 5% of off; the median over pairs is reported, with every pair), and the CPU seconds of
-   the launcher + trainer process tree (os.wait4), whose difference is what the sync itself costs;
+   the launcher + trainer process tree (os.wait4), whose difference is what the sync itself costs; and,
+   in the same runs, the rollouts right after each save (while its push runs) against the others
+   (`push_overlap_ratio`, on relative to off: immune to the machine's load drifting between runs);
 2. sync on with the Hub down for `--outage-s` seconds mid-run (every connection dropped): rollout
    times while it is down vs sync off, the longest step, how many pushes failed, and whether the
    backlog was pushed afterwards (the Hub's pointer names the run's last checkpoint).
@@ -40,6 +42,10 @@ def start_hub(tmp: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "trainstack.fakes.hub", "--port", "0",
                              "--ready-file", str(ready)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:  # with autogroup scheduling (one group per session) nice alone does not lower a session's share
+        Path(f"/proc/{proc.pid}/autogroup").write_text("19")
+    except OSError:
+        pass
     for _ in range(100):
         if ready.exists():
             return proc, ready.read_text().strip()
@@ -80,6 +86,15 @@ def summary(rows: list[dict]) -> dict:
             "rollout_time_median_s": round(statistics.median(r["perf/rollout_time"] for r in rows), 5),
             "step_time_median_s": round(statistics.median(r["perf/step_time"] for r in rows), 5),
             "step_time_max_s": round(max(r["perf/step_time"] for r in rows), 4)}
+
+
+def phase_split(rows: list[dict], save_interval: int, during: int = 3) -> tuple[float, float]:
+    """Median rollout time of the `during` rollouts right after each save (when its push runs) and of
+    the others, in the same run: a slowdown caused by the push shows up as a difference between them,
+    whatever the rest of the machine does over minutes."""
+    near = [r["perf/rollout_time"] for r in rows if r["step"] % save_interval < during and r["step"] >= save_interval]
+    rest = [r["perf/rollout_time"] for r in rows if r["step"] % save_interval >= during]
+    return statistics.median(near), statistics.median(rest)
 
 
 def events(run_dir: Path) -> list[dict]:
@@ -126,12 +141,16 @@ def main() -> int:
             pairs.append({"off": pair["off"], "on": pair["on"], "ratio": round(pair["on"] / pair["off"], 4)})
         off, on = summary(per["off"]), summary(per["on"])
         cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+        (on_near, on_rest), (off_near, off_rest) = (phase_split(per[m], ns.save_interval) for m in ("on", "off"))
         result["sync"] = {
             "off": off, "on": on, "pushes_on": pushes, "pairs": pairs,
             "rollout_time_ratio_median_of_pairs": round(statistics.median(p["ratio"] for p in pairs), 4),
             "rollout_time_ratio_pooled": round(on["rollout_time_median_s"] / off["rollout_time_median_s"], 4),
             "step_time_ratio_pooled": round(on["step_time_median_s"] / off["step_time_median_s"], 4),
             "target_ratio": 1.05,
+            "within_run": {"on": {"after_save_s": round(on_near, 5), "rest_s": round(on_rest, 5)},
+                           "off": {"after_save_s": round(off_near, 5), "rest_s": round(off_rest, 5)},
+                           "push_overlap_ratio": round((on_near / on_rest) / (off_near / off_rest), 4)},
             "cpu_s_per_run": {"off": round(cpu_off, 2), "on": round(cpu_on, 2)},
             "sync_cpu_s_per_push": round((cpu_on - cpu_off) / max(pushes / ns.reps, 1), 4),
             "sync_cpu_share_of_run": round((cpu_on - cpu_off) / cpu_off, 4)}

@@ -136,6 +136,31 @@ def test_push_lays_out_the_checkpoint_and_commits_the_pointer_last(fake_hub, tmp
     assert (dest / "latest_checkpointed_iteration.txt").read_text() == "4"
 
 
+def test_a_checkpoint_with_many_files_goes_up_in_several_commits_and_the_pointer_names_the_last(fake_hub, tmp_path):
+    """A Megatron torch_dist-style checkpoint (hundreds of shard files, `.metadata` last): the client splits
+    the upload into several commits; the pointer comes after all of them and names the one whose tree
+    holds every file."""
+    from trainstack.hub.push import PushJob, push_checkpoint
+    from trainstack.rundir.layout import TRACKER
+
+    save = tmp_path / "ck"
+    d = save / "iter_0000009"
+    d.mkdir(parents=True)
+    for rank in range(300):
+        (d / f"__{rank}_0.distcp").write_bytes(rank.to_bytes(2, "big") * 8)
+    (d / "common.pt").write_bytes(b"c")
+    (d / ".metadata").write_bytes(b"m")  # torch_dist writes it last
+    (save / TRACKER).write_text("9")
+    before = len(fake_hub.repo(REPO).history()) if fake_hub.repo(REPO) else 1
+    res = push_checkpoint(client(), PushJob("mega", 9, str(save), 1, {}), lambda: True)
+    history = fake_hub.repo(REPO).history()
+    parts = [c for c in history[before:] if "iter_0000009" in c.message and "pointer" not in c.message]
+    assert len(parts) >= 2 and parts[-1].sha == res.files_commit and history[-1].sha == res.commit
+    assert sum(p.startswith("mega/iter_0000009/") for p in fake_hub.files(REPO, res.files_commit)) == 302
+    assert not any(p.startswith("mega/iter_0000009/") for p in fake_hub.files(REPO, parts[0].parent or ""))
+    assert res.files == 302 and json.loads(fake_hub.files(REPO)["mega/latest.json"])["iteration"] == 9
+
+
 def test_a_restore_refuses_files_that_do_not_match_the_recorded_sizes(fake_hub, tmp_path):
     from trainstack.hub.push import PushJob, push_checkpoint
     from trainstack.hub.restore import install

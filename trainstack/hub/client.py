@@ -57,10 +57,14 @@ class HubClient:
         self.private = private
         self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
         self.api = HfApi(endpoint=self.endpoint)
+        self._ensured = False
 
     # --- repo ------------------------------------------------------------------------------
     def ensure_repo(self) -> None:
-        self.api.create_repo(self.repo_id, private=self.private, exist_ok=True)
+        """Create the repo when missing (once per client)."""
+        if not self._ensured:
+            self.api.create_repo(self.repo_id, private=self.private, exist_ok=True)
+            self._ensured = True
 
     def head(self) -> str | None:
         """The main branch's commit, or None when the repo does not exist."""
