@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/checkpoint_lookup.py
 	$(PY) benchmarks/tiny_learning.py
 	$(PY) benchmarks/compare_read.py
+	$(PY) benchmarks/hub_sync.py
 
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/slurm_submit.py

@@ -173,6 +173,11 @@ def test_launch_refusals_with_the_hub(fake_hub, tmp_path, monkeypatch):
         assert anyway.returncode == 0, anyway.stderr  # trained; the push is recorded as behind
         kinds = [e["event"] for e in events(tmp_path / "runs" / "down")]
         assert "hub_push_failed" in kinds and "hub_behind" in kinds and kinds[-1] == "exit"
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)  # the Hub answers again: the same command pushes what it missed
+    again = launch(tmp_path, "run_id=down", "env.num_rollout=2", f"hub.repo_id={REPO}")
+    assert again.returncode == 0 and "is finished" in again.stderr, again.stderr
+    assert [e["event"] for e in events(tmp_path / "runs" / "down")][-2:] == ["hub_push", "finished"]
+    assert hub_pointer(fake_hub, "down")["iteration"] == 1
 
 
 class socket_closed:

@@ -136,6 +136,7 @@ def test_push_lays_out_the_checkpoint_and_commits_the_pointer_last(fake_hub, tmp
     assert (dest / "latest_checkpointed_iteration.txt").read_text() == "4"
 
 
+@pytest.mark.slow
 def test_a_checkpoint_with_many_files_goes_up_in_several_commits_and_the_pointer_names_the_last(fake_hub, tmp_path):
     """A Megatron torch_dist-style checkpoint (hundreds of shard files, `.metadata` last): the client splits
     the upload into several commits; the pointer comes after all of them and names the one whose tree

@@ -74,6 +74,7 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
 
 def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan, start: StartRunner) -> int:
     if rp.action == FINISHED:
+        hub_hooks.push_finished(spec, rundir, lease, rp)  # hub (issue 13): a last checkpoint the Hub missed
         rundir.event("finished", latest_checkpoint=rp.checkpoint.latest_complete, num_rollout=rp.num_rollout)
         rundir.update_status(run_id=spec.run_id, state="finished", last_checkpoint=rp.checkpoint.latest_complete,
                              num_rollout=rp.num_rollout)

@@ -30,6 +30,18 @@ def start_sync(spec: "RunSpec", rundir: "RunDir", lease: Any, plan: "ResumePlan"
     return SyncWorker(spec, rundir, lease, on_hub=on_hub).start()
 
 
+def push_finished(spec: "RunSpec", rundir: "RunDir", lease: Any, plan: "ResumePlan") -> None:
+    """A finished run whose last checkpoint the Hub does not have (it was down at the end): push it now."""
+    if not spec.hub.enabled or plan.source == "hub":
+        return
+    on_hub = plan.hub.latest if plan.hub is not None else None
+    latest = plan.checkpoint.latest_complete
+    if latest is not None and (on_hub is None or on_hub < latest):
+        from trainstack.hub.sync import SyncWorker
+
+        SyncWorker(spec, rundir, lease, on_hub=on_hub).start().finish(spec.hub.final_timeout_s)
+
+
 def finish_sync(spec: "RunSpec", worker: "SyncWorker | None", signalled: int | None) -> None:
     """Before the run reports its end: push the last checkpoint, within the grace period after a signal."""
     if worker is None:
