@@ -32,6 +32,7 @@ CORPUS = [
     ("hub-every", ["hub.repo_id=a/b", "hub.every=0"], "hub.every"),
     ("hub-keep", ["hub.repo_id=a/b", "hub.keep=0"], "hub.keep"),
     ("hub-timeout", ["hub.repo_id=a/b", "hub.final_timeout_s=-1"], "hub.final_timeout_s"),
+    ("hub-rollouts-without-repo", ["hub.push_rollouts=true"], "hub.push_rollouts"),
     # unknown presets
     ("model-case", ["model=qwen3-4b"], "model=qwen3-4B"),
     ("algo-preset", ["algo=grpoo"], "algo=grpo"),

@@ -136,6 +136,9 @@ class HubSpec:
         for key in ("final_timeout_s", "retry_max_s"):
             if not getattr(self, key) > 0:
                 out.append((key, getattr(self, key), "must be positive", f"set hub.{key} to seconds > 0"))
+        if self.push_rollouts and not self.enabled:
+            out.append(("push_rollouts", True, "rollout data is pushed to hub.repo_id, which is not set",
+                        "set hub.repo_id=<user>/<repo>, or drop hub.push_rollouts"))
         if self.enabled and importlib.util.find_spec("huggingface_hub") is None:
             out.append(("repo_id", self.repo_id, "Hub sync needs the huggingface_hub package",
                         "pip install 'trainstack[hf]' (huggingface_hub==2.4.0)"))
