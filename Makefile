@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/tiny_learning.py
 	$(PY) benchmarks/compare_read.py
 	$(PY) benchmarks/agentic_learning.py
+	$(PY) benchmarks/hub_sync.py
 
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/slurm_submit.py

@@ -34,3 +34,22 @@ def run_py(*overrides: str, cwd: Path | None = None, timeout: float = 120, env: 
 
 def files_under(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """A local Hugging Face Hub (trainstack.fakes.hub) that the real huggingface_hub client talks to:
+    HF_ENDPOINT points at it, HF_HOME is private to the test, HF_TOKEN is a per-test secret the fake
+    requires for writes and private repos. Subprocesses started by the test inherit all three."""
+    import secrets as _secrets
+
+    from trainstack.fakes.hub import FakeHub
+
+    token = "hf_" + _secrets.token_hex(16)
+    hub = FakeHub(token=token, log_path=str(tmp_path / "hub-requests.jsonl")).start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", token)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    yield hub
+    hub.stop()

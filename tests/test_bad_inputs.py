@@ -27,6 +27,12 @@ CORPUS = [
     ("paths-typo", ["paths.run_root=/x"], "paths.runs_root"),
     ("slime-typo", ["slime.rot=/x"], "slime.root"),
     ("runtime-env-typo", ["runtime_env.envvars.X=1"], "runtime_env.env_vars"),
+    ("hub-typo", ["hub.repoid=a/b"], "hub.repo_id"),
+    ("hub-repo-id", ["hub.repo_id=no-slash"], "hub.repo_id"),
+    ("hub-every", ["hub.repo_id=a/b", "hub.every=0"], "hub.every"),
+    ("hub-keep", ["hub.repo_id=a/b", "hub.keep=0"], "hub.keep"),
+    ("hub-timeout", ["hub.repo_id=a/b", "hub.final_timeout_s=-1"], "hub.final_timeout_s"),
+    ("hub-rollouts-without-repo", ["hub.push_rollouts=true"], "hub.push_rollouts"),
     # unknown presets
     ("model-case", ["model=qwen3-4b"], "model=qwen3-4B"),
     ("algo-preset", ["algo=grpoo"], "algo=grpo"),

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-OWN_TESTS = {"compare.md", "slurm.md"}
+OWN_TESTS = {"compare.md", "slurm.md", "hub.md"}  # hub.md: tests/test_hub_runs.py (needs the fake Hub)
 
 
 def commands(path: Path) -> list[str]:

@@ -70,3 +70,16 @@ def test_render_json_for_tools(tmp_path, capsys):
     assert set(data["groups"]) == {"megatron", "sglang", "slime"}
     assert data["argv"] == data["groups"]["megatron"] + data["groups"]["sglang"] + data["groups"]["slime"]
     assert data["ray_submit"][:3] == ["ray", "job", "submit"]
+
+
+def test_hub_tokens_are_never_config_and_never_echoed(tmp_path):
+    """The Hub token comes from HF_TOKEN or the token cache only: a token typed into the hub section (or
+    under any secret-named key there) is refused without its value; HF_TOKEN in the environment never
+    shows up in the dry run."""
+    for override in ("hub.token=hf_abcdefghijklmnop1234", "hub.hf_token=hf_abcdefghijklmnop1234"):
+        res = run_py("hub.repo_id=alice/ckpts", override, "dry_run=true", cwd=tmp_path)
+        assert res.returncode == 2, res.stderr
+        assert "hf_abcdefghijklmnop1234" not in res.stdout + res.stderr and "<redacted>" in res.stderr
+    res = run_py("hub.repo_id=alice/ckpts", "dry_run=true", cwd=tmp_path, env={"HF_TOKEN": "hf_zyxwvutsrqponm9876"})
+    assert res.returncode == 0 and "hf_zyxwvutsrqponm9876" not in res.stdout + res.stderr
+    assert files_under(tmp_path) == []

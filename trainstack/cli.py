@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainstack.http_env.cli import add_env_commands
 
     add_env_commands(sub)  # env serve / env list (HTTP environments, docs/http_env.md)
+    from trainstack.hub.cli import add_hub  # hub ls / pull (issue 13)
+
+    add_hub(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main

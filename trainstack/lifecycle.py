@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 
 from trainstack.checkpoints import inspect, plan_recovery
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
+from trainstack.hub import hooks as hub_hooks
 from trainstack.lease import Lease, LeaseHeld
 from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
 from trainstack.rundir import RunDir
@@ -120,6 +121,8 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
     try:
         resume_plan = plan(spec, rundir)  # may raise ConfigErrors: reported by the caller, lease released below
         check_inputs_here(spec, resuming=resume_plan.action == RESUME)
+        _recover(spec, rundir, resume_plan)  # the local save dir says what the plan read
+        hub_hooks.restore(spec, rundir, resume_plan)  # hub (issue 13): a Hub checkpoint is downloaded + checked here
         return _run_with_lease(spec, rundir, lease, resume_plan, start)
     finally:
         lease.release()
@@ -141,8 +144,8 @@ def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
 
 
 def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan, start: StartRunner) -> int:
-    _recover(spec, rundir, rp)
     if rp.action == FINISHED:
+        hub_hooks.push_finished(spec, rundir, lease, rp)  # hub (issue 13): a last checkpoint the Hub missed
         rundir.event("finished", latest_checkpoint=rp.checkpoint.latest_complete, num_rollout=rp.num_rollout)
         rundir.update_status(run_id=spec.run_id, state="finished", last_checkpoint=rp.checkpoint.latest_complete)
         print(f"trainstack: run {spec.run_id} is finished: its checkpoint at rollout {rp.checkpoint.latest_complete} "
@@ -171,11 +174,14 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         rundir.event("start_failed", error=f"{type(ex).__name__}: {ex}")
         rundir.update_status(state="failed", exit_code=None, error=f"the trainer could not be started: {ex}")
         raise
+    sync = hub_hooks.start_sync(spec, rundir, lease, rp)  # hub (issue 13): background pushes beside the trainer
     code: int | None = None
     lost = False
 
     def on_signal(signum, _frame):
         rundir.event("signal", signal=signal.Signals(signum).name)
+        if sync is not None:  # hub (issue 13): the final push must fit in the grace period
+            sync.note_signal(spec.resume.grace_s)
         trainer.stop(signum)
 
     def on_lease_lost():
@@ -193,6 +199,7 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        hub_hooks.finish_sync(spec, sync, trainer.signalled)  # hub (issue 13): last checkpoint pushed before the end
         state = inspect(rp.checkpoint.save_dir)
         latest, _ = rundir.last_metrics()
         final = final_state(code if code is not None else 1, trainer.signalled, lost)

@@ -18,9 +18,11 @@ from typing import Any
 
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.rundir import layout
 from trainstack.secrets import env_fix, is_secret_name, redact_override
 from trainstack.schema import (
     DEST_NAMESPACES,
+    HubSpec,
     ResumeSpec,
     TrackingSpec,
     ROOT_KEYS,
@@ -45,7 +47,7 @@ PRIMARY_CONFIG = "config"  # conf/config.yaml: Hydra's config_name
 PATH_DESTS = frozenset({
     "hf_checkpoint", "ref_load", "load", "save", "prompt_data", "critic_load", "critic_save",
     "opd_teacher_load", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config",
-    "dump_details", "wandb_dir", "save_hf", "tokenizer_model", "data_path",
+    "dump_details", "wandb_dir", "save_hf", "tokenizer_model", "data_path", "save_debug_rollout_data",
 })
 # nargs lists whose odd positions are paths (`--eval-prompt-data name path [name path ...]`).
 PAIRED_PATH_DESTS = frozenset({"eval_prompt_data"})
@@ -68,6 +70,8 @@ NON_TRAINING_DESTS = frozenset({
     "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
     # run length: raising it is "continue for N more rollouts" of the same run
     "num_rollout", "num_epoch",
+    # what is saved besides the checkpoint (HF exports, rollout/train dumps): not what is learned
+    "save_hf", "save_debug_rollout_data", "save_debug_train_data", "dump_details",
 })
 
 @lru_cache(maxsize=32)
@@ -155,6 +159,7 @@ class ResolvedRun:
     run_dir: str = ""
     resume: ResumeSpec = field(default_factory=ResumeSpec)
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    hub: HubSpec = field(default_factory=HubSpec)
     warnings: list[str] = field(default_factory=list)
     layer_of: dict[str, str] = field(default_factory=dict)  # dest -> model | algo | env | args
 
@@ -410,11 +415,13 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     name, run_id = run_identity(tree, merged, entrypoint, cluster, origin, meta)
     run_dir = str(Path(paths.runs_root) / run_id)
     tracking: TrackingSpec = typed["tracking"]
-    add_managed_dests(merged, provenance, layer_of, run_id, run_dir, name, tracking, meta.get("env", {}).get("http_env"))
+    hub: HubSpec = typed["hub"]
+    add_managed_dests(merged, provenance, layer_of, run_id, run_dir, name, tracking, hub,
+                      meta.get("env", {}).get("http_env"))
     return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
                        paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
                        origin=origin, config=tree, run_dir=run_dir, layer_of=layer_of,
-                       resume=typed["resume"], tracking=tracking)
+                       resume=typed["resume"], tracking=tracking, hub=hub)
 
 
 def plain_tree(cfg: Any) -> dict[str, Any]:
@@ -582,7 +589,7 @@ def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, 
 
 
 def add_managed_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: dict[str, str], run_id: str,
-                      run_dir: str, name: str, tracking: TrackingSpec, http_env: Any = None) -> None:
+                      run_dir: str, name: str, tracking: TrackingSpec, hub: HubSpec, http_env: Any = None) -> None:
     """Run identity, managed by trainstack: --load = --save = the run's checkpoint dir (the tracker
     decides resume), a save interval, TensorBoard in the run dir, one W&B run per run_id, and an
     HTTP env's settings file (--custom-config-path) in the run dir."""
@@ -594,18 +601,19 @@ def add_managed_dests(merged: dict[str, Any], provenance: dict[str, str], layer_
         managed.update(wandb_group=name, wandb_random_suffix=False, wandb_dir=str(Path(run_dir) / "wandb"))
         if tracking.wandb_project:
             managed["wandb_project"] = tracking.wandb_project
+    if hub.push_rollouts:  # slime dumps every rollout into the run dir; the Hub sync pushes the files
+        managed["save_debug_rollout_data"] = str(Path(run_dir) / layout.ROLLOUT_DATA / layout.ROLLOUT_DATA_FILE)
     for dest, value in managed.items():
         if dest not in merged or dest in ("save", "load"):
             merged[dest] = value
             provenance[dest] = (f"trainstack default (min({DEFAULT_SAVE_INTERVAL}, num_rollout // {SAVES_PER_RUN}); "
                                 "set args.save_interval to change)" if dest == "save_interval"
-                                else f"trainstack: run identity of {run_id}")
+                                else "hub.push_rollouts=true (rollout data into the run dir)"
+                                if dest == "save_debug_rollout_data" else f"trainstack: run identity of {run_id}")
             layer_of[dest] = "args"
 
     if http_env and "custom_config_path" not in merged:  # the HTTP env generate function's settings file
-        from trainstack.rundir.layout import HTTP_ENV_CONFIG
-
-        merged["custom_config_path"] = str(Path(run_dir) / HTTP_ENV_CONFIG)
+        merged["custom_config_path"] = str(Path(run_dir) / layout.HTTP_ENV_CONFIG)
         provenance["custom_config_path"] = "trainstack: env.meta.http_env, written into the run dir at each launch"
         layer_of["custom_config_path"] = "args"
 

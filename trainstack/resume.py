@@ -15,7 +15,7 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES
 from trainstack.identity import input_changes, inputs_of
 from trainstack.rundir import RunDir, layout
-from trainstack.schema import ResumeSpec
+from trainstack.schema import HubSpec, ResumeSpec
 
 
 class PlannedRun(Protocol):
@@ -26,6 +26,7 @@ class PlannedRun(Protocol):
     args: dict[str, Any]
     resume: ResumeSpec
     inputs: dict[str, Any]
+    hub: HubSpec
 
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 
@@ -37,14 +38,17 @@ class ResumePlan:
     from_rollout: int = 0  # the first rollout the trainer will run
     num_rollout: int | None = None
     changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
+    source: str = "local"  # where the checkpoint is: local (the run dir) | hub (downloaded before the start)
+    hub: Any = None  # trainstack.hub.restore.HubState when Hub sync is on: what the Hub holds of the run
 
     def describe(self) -> str:
+        where = f" on the Hub ({self.hub.describe()})" if self.source == "hub" else ""
         if self.action == FRESH:
             return "fresh start (no checkpoint yet)"
         if self.action == FINISHED:
-            return (f"finished: checkpoint at rollout {self.checkpoint.latest_complete} covers num_rollout "
+            return (f"finished: checkpoint at rollout {self.checkpoint.latest_complete}{where} covers num_rollout "
                     f"{self.num_rollout}")
-        return f"resuming from rollout {self.checkpoint.latest_complete} (next: {self.from_rollout})"
+        return f"resuming from rollout {self.checkpoint.latest_complete}{where} (next: {self.from_rollout})"
 
 
 def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
@@ -63,10 +67,22 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
     mode = run.resume.mode
     num_rollout = run.args.get("num_rollout")
     stored = rundir.stored_args()
+    # --- hub (issue 13): a newer complete checkpoint on the Hub wins over the run dir's ----------------
+    from trainstack.hub.restore import lookup
+
+    hub_state = lookup(run, state.latest_complete)
+    source = "local"
+    if hub_state is not None and hub_state.record is not None and hub_state.latest is not None and (
+            state.latest_complete is None or hub_state.latest > state.latest_complete):
+        state, stored, source = CheckpointState(save, hub_state.latest, hub_state.latest), hub_state.record["args"], "hub"
+    # --- end hub ----------------------------------------------------------------------------------------
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
         changes = config_changes(stored, run.args)
-        changes.update(input_changes((rundir.read(layout.SPEC) or {}).get("inputs") or {}, run.inputs))
+        stored_inputs = (hub_state.record.get("inputs") if source == "hub" and hub_state and hub_state.record
+                         else (rundir.read(layout.SPEC) or {}).get("inputs"))
+        if isinstance(stored_inputs, dict):  # specs (and Hub pointers) of older trainstacks have none
+            changes.update(input_changes(stored_inputs, run.inputs))
         refused = {k: v for k, v in changes.items() if k not in run.resume.allow_changes}
         if refused and mode != "never":
             rows = {f"{k}": f"{old!r} -> {new!r}" for k, (old, new) in refused.items()}
@@ -83,15 +99,16 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
             value="never", source=run.run_dir)])
     if mode == "must" and not state.resumable:
         raise ConfigErrors([ConfigError(
-            "resume.mode", f"resume=must but run {run.run_id} has no complete checkpoint in {save}",
+            "resume.mode", f"resume=must but run {run.run_id} has no complete checkpoint in {save}"
+            + (f" nor on the Hub ({hub_state.repo_id})" if hub_state is not None else ""),
             "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
     if not state.resumable:
-        return ResumePlan(FRESH, state, 0, num_rollout)
+        return ResumePlan(FRESH, state, 0, num_rollout, hub=hub_state)
     assert state.latest_complete is not None  # resumable
     start = state.latest_complete + 1
     if isinstance(num_rollout, int) and num_rollout <= start:
-        return ResumePlan(FINISHED, state, start, num_rollout, changes)
-    return ResumePlan(RESUME, state, start, num_rollout, changes)
+        return ResumePlan(FINISHED, state, start, num_rollout, changes, source, hub_state)
+    return ResumePlan(RESUME, state, start, num_rollout, changes, source, hub_state)
 
 
 def check_inputs_here(run: PlannedRun, resuming: bool) -> None:

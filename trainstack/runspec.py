@@ -23,7 +23,7 @@ from trainstack import secrets
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import inputs_of
 from trainstack.rundir import layout
-from trainstack.schema import ClusterSpec, ResumeSpec
+from trainstack.schema import ClusterSpec, HubSpec, ResumeSpec
 
 if TYPE_CHECKING:
     from trainstack.render import SlimeCommand
@@ -70,6 +70,7 @@ class RunSpec:
     spec_version: int = SPEC_VERSION
     extra: dict[str, Any] = field(default_factory=dict)  # launcher facts (e.g. a SLURM job) added later
     inputs: dict[str, Any] = field(default_factory=dict)  # input dest -> path + content fingerprint (identity.py)
+    hub: HubSpec = field(default_factory=HubSpec)  # Hub sync and restore (docs/hub.md); absent in older specs
 
     # --- made from a resolved run ---------------------------------------------------------
     @classmethod
@@ -83,7 +84,7 @@ class RunSpec:
                    config=secrets.redact(run.config), choices=dict(run.origin.choices),
                    overrides=[secrets.redact_override(o.lstrip("+")) for o in run.origin.overrides],
                    provenance=make_provenance(cmd.meta.get("slime_commit", ""), run.origin.cwd),
-                   inputs=inputs_of(run.args))
+                   inputs=inputs_of(run.args), hub=run.hub)
 
     # --- what the lifecycle reads ---------------------------------------------------------
     def slime_command(self) -> "SlimeCommand":
@@ -117,6 +118,8 @@ class RunSpec:
             values["resume"] = ResumeSpec(**values["resume"])
             values["cluster"] = ClusterSpec(**values["cluster"])
             values["provenance"] = Provenance(**values["provenance"])
+            if "hub" in values:
+                values["hub"] = HubSpec(**values["hub"])
             return cls(**values)
         except (KeyError, TypeError) as ex:
             raise _unreadable(where, f"a field is missing or malformed ({ex})",

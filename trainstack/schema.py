@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -15,6 +17,7 @@ from typing import Any, Optional
 from trainstack.backends import BACKENDS
 from trainstack.errors import ConfigError
 from trainstack.launch.registry import names as _launcher_names
+from trainstack.secrets import is_secret_name
 
 LAUNCHER_NAMES = _launcher_names()  # registered launchers (trainstack/launch/registry.py)
 
@@ -100,6 +103,48 @@ class TrackingSpec:
     wandb_project: Optional[str] = None  # default for --wandb-project when args.use_wandb=true
 
 
+@dataclass
+class HubSpec:
+    """Checkpoints to the Hugging Face Hub in the background, and resume from there (docs/hub.md).
+    The token comes from HF_TOKEN or the Hugging Face token cache (`hf auth login`), never from here."""
+
+    repo_id: Optional[str] = None  # <user>/<repo>: turns sync on (one folder per run_id inside it)
+    private: bool = True  # when the repo is created
+    every: int = 1  # push every Nth complete checkpoint; the run's last checkpoint always
+    keep: Optional[int] = None  # checkpoints kept on the Hub's main branch (older ones deleted); null: all
+    push_rollouts: bool = False  # slime saves rollout data into the run dir; pushed with the checkpoints
+    restore: bool = True  # resume from the Hub when it has a newer complete checkpoint than the run dir
+    final_timeout_s: float = 600.0  # clean finish: how long the last push may take before the run reports
+    retry_max_s: float = 60.0  # failed pushes are retried with backoff up to this interval
+
+    REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.repo_id)
+
+    def problems(self) -> list[tuple[str, Any, str, str]]:
+        """(key, value, problem, fix) for values the types alone do not rule out."""
+        out: list[tuple[str, Any, str, str]] = []
+        if self.repo_id is not None and not self.REPO_ID.match(self.repo_id):
+            out.append(("repo_id", self.repo_id, "not a Hub repo id", "use <user or org>/<repo name>, e.g. "
+                        "hub.repo_id=alice/qwen3-rl-checkpoints"))
+        if self.every < 1:
+            out.append(("every", self.every, "must be at least 1", "hub.every=1 pushes every checkpoint"))
+        if self.keep is not None and self.keep < 1:
+            out.append(("keep", self.keep, "must be at least 1 or null", "hub.keep=null keeps every checkpoint"))
+        for key in ("final_timeout_s", "retry_max_s"):
+            if not getattr(self, key) > 0:
+                out.append((key, getattr(self, key), "must be positive", f"set hub.{key} to seconds > 0"))
+        if self.push_rollouts and not self.enabled:
+            out.append(("push_rollouts", True, "rollout data is pushed to hub.repo_id, which is not set",
+                        "set hub.repo_id=<user>/<repo>, or drop hub.push_rollouts"))
+        if self.enabled and importlib.util.find_spec("huggingface_hub") is None:
+            out.append(("repo_id", self.repo_id, "Hub sync needs the huggingface_hub package",
+                        "pip install 'trainstack[hf]' (huggingface_hub==2.4.0)"))
+        return out
+
+
 # Top-level keys of the primary config and what they hold.
 ROOT_SECTIONS: dict[str, Any] = {
     "cluster": ClusterSpec,
@@ -108,6 +153,7 @@ ROOT_SECTIONS: dict[str, Any] = {
     "runtime_env": RuntimeEnvSpec,
     "resume": ResumeSpec,
     "tracking": TrackingSpec,
+    "hub": HubSpec,
 }
 ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": bool, "output": Optional[str]}
 ROOT_KEYS = set(ROOT_SECTIONS) | set(ROOT_SCALARS) | set(DEST_NAMESPACES) | {"hydra", "experiment"}
@@ -161,6 +207,12 @@ def to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str
     kwargs = {}
     for key, value in node.items():
         full = f"{prefix}{key}"
+        if key not in fields and is_secret_name(key):
+            errors.append(ConfigError(full, "secrets must not be put in configs (they end up in saved configs, logs "
+                                      "and command lines)", "export it in the launching shell instead (HF_TOKEN=..., "
+                                      "or `hf auth login` for the Hugging Face token cache)", value="<redacted>",
+                                      source=source_of(full)))
+            continue
         if key not in fields:
             errors.append(unknown_key_error(key, fields, prefix, source_of(full)))
             continue
@@ -182,4 +234,7 @@ def to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str
             errors.append(ConfigError(f"{prefix}{n}", "is required", f"set {prefix}{n}", source=source_of(prefix + n)))
     if errors:
         return None, errors
-    return cls(**kwargs), []
+    obj = cls(**kwargs)
+    for key, value, problem, fix in (obj.problems() if hasattr(obj, "problems") else []):
+        errors.append(ConfigError(f"{prefix}{key}", problem, fix, value=value, source=source_of(f"{prefix}{key}")))
+    return (None, errors) if errors else (obj, [])

@@ -3,8 +3,9 @@ an argv is shown without them. Secrets come from the environment at run time and
 written to a run dir, a log or a printed command."""
 from __future__ import annotations
 
+import os
 import re
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 REDACTED = "<redacted>"
 
@@ -101,3 +102,20 @@ def env_fix(path: str) -> str:
     env_name = "WANDB_API_KEY" if leaf.startswith("wandb") else leaf.upper()
     return (f"export {env_name}=... in the launching shell instead; trainstack forwards WANDB_API_KEY, HF_TOKEN "
             "and the like to the trainer from the environment (never through files or the command line)")
+
+
+# Credentials recognisable by their shape: an Authorization header, a Hugging Face user token.
+_SECRET_SHAPES = (re.compile(r"(?i)(bearer\s+)[^\s'\",;]+"), re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"))
+
+
+def scrub(text: str, extra: Iterable[str] = (), env: Mapping[str, str] | None = None) -> str:
+    """Free text (an error message from a client library, a log line) with every credential removed:
+    the values of the environment's secret-named variables, `extra` known values, bearer headers and
+    Hugging Face tokens."""
+    env = os.environ if env is None else env
+    values = {v for k, v in env.items() if v and is_secret_name(k)} | {v for v in extra if v}
+    for v in sorted(values, key=len, reverse=True):
+        if len(v) >= 4:
+            text = text.replace(v, REDACTED)
+    text = _SECRET_SHAPES[0].sub(lambda m: m.group(1) + REDACTED, text)
+    return _SECRET_SHAPES[1].sub(REDACTED, text)

@@ -38,6 +38,9 @@ class Row:
     resumed_from: list[int] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
     varying: list[str] = field(default_factory=list)
+    hub_pushed: int | None = None  # the iteration the Hub's pointer names (hub.repo_id runs)
+    hub_commit: str | None = None  # the commit that pointer was pushed in
+    hub_pending: int | None = None  # selected, not pushed yet (the Hub is failing or slow)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -114,6 +117,8 @@ def fill(rows: list[Row]) -> list[Row]:
         if REWARD not in latest:
             latest = rd.last_metrics()[0]
         r.reward = latest.get(REWARD)
+        hub = st.get("hub") or {}
+        r.hub_pushed, r.hub_commit, r.hub_pending = hub.get("last_pushed"), hub.get("commit"), hub.get("pending")
         if r.state == "running" or r.last_checkpoint is None:
             from trainstack.checkpoints import inspect
 
@@ -144,7 +149,7 @@ def render(rows: list[Row], title: str | None = None) -> None:
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)
-    for col in ("run_id", "varying overrides", "job", "scheduler", "run", "ckpt", "reward", "logs"):
+    for col in ("run_id", "varying overrides", "job", "scheduler", "run", "ckpt", "reward", "hub", "logs"):
         table.add_column(col, overflow="fold")
     for r in rows:
         sched = (r.scheduler or "-") + (f" ({r.reason})" if r.reason else "")
@@ -153,7 +158,10 @@ def render(rows: list[Row], title: str | None = None) -> None:
             f"{r.last_checkpoint}" + (f"/{r.num_rollout}" if r.num_rollout else ""))
         reward = "-" if r.reward is None else f"{r.reward:.3f}"
         logs = "\n".join(v for k, v in r.logs.items() if k in ("stdout", "trainer"))
-        table.add_row(r.run_id, " ".join(r.varying) or "-", r.job_id or "-", sched, run_state, ckpt, reward, logs)
+        hub = "-" if r.hub_pushed is None else f"{r.hub_pushed} @ {(r.hub_commit or '?')[:8]}"
+        if r.hub_pending is not None:
+            hub += f" ({r.hub_pending} pending)"
+        table.add_row(r.run_id, " ".join(r.varying) or "-", r.job_id or "-", sched, run_state, ckpt, reward, hub, logs)
     Console(width=200).print(table)
 
 

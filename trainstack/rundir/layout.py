@@ -37,6 +37,9 @@ HTTP_ENV_SERVER_READY = "http_env_server.json"  # under logs/: the bound URL, wr
 RAY_HEAD_LOG = "ray_head.log"  # under logs/
 SLURM_FOLDER = "slurm"  # submitit's folder of a single submitted run: slurm/%j
 RAY_RENDEZVOUS = "ray"  # multi-node Ray rendezvous: ray/<job id>/
+ROLLOUT_DATA = "rollout_data"  # hub.push_rollouts: slime's --save-debug-rollout-data dumps
+ROLLOUT_DATA_FILE = "rollout_{rollout_id}.pt"  # slime formats it per rollout (eval: rollout_eval_<id>.pt)
+HUB_RESTORE = ".hub-restore"  # under checkpoints/: a Hub download in progress (moved into place when verified)
 # slime's checkpoint tracker in --save (Megatron's name), read by slime, the tiny trainer and us.
 TRACKER = "latest_checkpointed_iteration.txt"
 DATA_CURSOR = "rollout/global_dataset_state_dict_{rollout_id}.pt"  # slime's data cursor, relative to --save

@@ -32,7 +32,8 @@ SUPPORTED: frozenset[str] = frozenset(
     rollout_sample_hook_path custom_config_path
     eval_interval eval_prompt_data eval_input_key eval_label_key n_samples_per_eval_prompt
     eval_max_response_len eval_temperature eval_top_p skip_eval_before_train
-    save load ref_load ref_ckpt_step save_interval ckpt_step start_rollout_id no_save_optim
+    save load ref_load ref_ckpt_step save_interval ckpt_step start_rollout_id no_save_optim save_hf
+    save_debug_rollout_data
     no_load_optim no_load_rng finetune rollout_global_dataset
     use_wandb wandb_project wandb_group wandb_team wandb_key wandb_host wandb_mode wandb_dir
     wandb_run_id wandb_random_suffix wandb_always_use_train_step
@@ -114,7 +115,6 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("only_train_params_name_list", _set, "parameter freezing is not implemented", "drop the flag"),
     Refusal("freeze_params_name_list", _set, "parameter freezing is not implemented", "drop the flag"),
     Refusal("num_critic_only_steps", lambda v, a: bool(v), "there is no critic", "drop the flag"),
-    Refusal("save_hf", _set, "HF export is not implemented", "drop the flag"),
     Refusal("rollout_external_engine_addrs", _set, "external engines are not called", "drop the flag"),
 )
 

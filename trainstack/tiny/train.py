@@ -200,6 +200,28 @@ def _periodic(rollout_id: int, interval, per_epoch, num_rollout) -> bool:
     return step % interval == 0 or (per_epoch is not None and step % per_epoch == 0) or step == num_rollout
 
 
+def save_rollout_data(template: str, rollout_id: int, samples) -> None:
+    """--save-debug-rollout-data: slime's dump of one rollout ({rollout_id, samples: [Sample.to_dict()]})."""
+    from .checkpoint import atomic_torch_save
+
+    atomic_torch_save({"rollout_id": rollout_id, "samples": [s.to_dict() for s in samples]},
+                      template.format(rollout_id=rollout_id))
+
+
+def save_hf(template: str, pol: Policy, rollout_id: int) -> None:
+    """--save-hf: the weights as a Hugging Face-style directory (pytorch_model.bin, then config.json last,
+    so a directory with a config.json is complete)."""
+    import json
+
+    from .checkpoint import atomic_torch_save, atomic_write_bytes
+
+    out = template.format(rollout_id=rollout_id)
+    atomic_torch_save(pol.model.state_dict(), os.path.join(out, "pytorch_model.bin"))
+    config = {"model_type": "trainstack-tiny", "architectures": ["TinyCausalLM"], "rollout_id": rollout_id,
+              **pol.model.config.arch()}
+    atomic_write_bytes(json.dumps(config, indent=1, sort_keys=True).encode(), os.path.join(out, "config.json"))
+
+
 def save(args, pol: Policy, data, rollout_id: int) -> None:
     """Publish a checkpoint (weights, optimizer, scheduler, RNG, data cursor) if this process still
     holds the run's lease; raises Fenced, publishing nothing, if it does not."""
@@ -207,6 +229,8 @@ def save(args, pol: Policy, data, rollout_id: int) -> None:
 
     from .checkpoint import TrainState, capture_rng, save_checkpoint
 
+    if args.save_hf:  # before the checkpoint: a tracker naming this rollout means its export is complete too
+        save_hf(args.save_hf, pol, rollout_id)
     meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": "trainstack-tiny/1"}
     state = TrainState(model=pol.model.state_dict(),
                        optimizer=None if args.no_save_optim else pol.optimizer.state_dict(),
@@ -264,6 +288,8 @@ def run(args, ignored: list[str]) -> int:
             groups = data.get_samples(args.rollout_batch_size)
             groups = rollouts.run(groups, rollout_id, train_settings, "train")
             samples = [s for g in groups for s in g]
+            if args.save_debug_rollout_data:
+                save_rollout_data(args.save_debug_rollout_data, rollout_id, samples)
             t_rollout = time.perf_counter() - t0
             stats = _rollout_stats(args, samples)
             t1 = time.perf_counter()
