@@ -30,6 +30,7 @@ class Judgement:
     argv: list[str] | None = None  # rendered even when a rule refused it (None: not renderable)
     env: dict[str, str] = field(default_factory=dict)
     intended: dict[str, Any] = field(default_factory=dict)  # dest -> value trainstack means
+    launch_files: dict[str, str] = field(default_factory=dict)  # files the launch writes that the argv names
 
 
 def _normalise(value: Any) -> Any:
@@ -80,8 +81,10 @@ def judge(overrides: Sequence[str]) -> Judgement:
     cmd = render(run)
     table = load_table()
     intended = {d: as_parsed(table[d], v) for d, v in run.args.items() if v is not None}
+    from trainstack.http_env.sidecar import launch_files
+
     return Judgement(list(overrides), not rules, rules, sorted(keys), _normalise(cmd.argv),
-                     _normalise(cmd.redacted_env()), _normalise(intended))
+                     _normalise(cmd.redacted_env()), _normalise(intended), launch_files(run.config, run.args))
 
 
 def load_oracle(path: Path = ORACLE_PATH) -> dict:

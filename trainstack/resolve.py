@@ -541,7 +541,7 @@ def check_dests(merged: dict[str, Any], provenance: dict[str, str], layer_of: di
                                       "logs and command lines)", env_fix(path), value="<redacted>",
                                       source=origin.source_of(path.split("[")[0])))
     for dest, fix in MANAGED_DESTS.items():
-        if merged.get(dest) is not None:
+        if dest in merged:  # null too: `args.save=null` would not turn saving off
             errors.append(ConfigError(f"{layer_of[dest]}.{dest}", "is managed by trainstack (the resume plan must "
                                       "read exactly what the trainer loads)", fix, value=merged[dest],
                                       source=provenance[dest]))

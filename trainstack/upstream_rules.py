@@ -249,3 +249,41 @@ def cuda_connections(ctx: Ctx) -> list[ConfigError]:
                             "tensor or context parallelism on H100/A100", "remove the override (trainstack sets 1)",
                             value=value)]
     return []
+
+
+@rule
+def weight_sync_settings(ctx: Ctx) -> list[ConfigError]:
+    """slime utils/arguments.py:2041-2075: disk weight sync needs a shared dir; --release-train needs
+    full disk sync, no critic and no kept old actor; delta sync needs disk transport, separate GPUs
+    and a local checkpoint dir."""
+    out = []
+    mode, transport = ctx.get("update_weight_mode"), ctx.get("update_weight_transport")
+    if transport == "disk" and not ctx.is_set("update_weight_disk_dir"):
+        out.append(ctx.err("update_weight_disk_dir", "is required with update_weight_transport=disk (the trainer "
+                           "writes the weights, the engines read them)", "set args.update_weight_disk_dir to a "
+                           "filesystem shared by the trainer and the rollout engines", "update_weight_transport"))
+    if ctx.get("release_train"):
+        if mode != "full" or transport != "disk":
+            out.append(ctx.err("release_train", "requires update_weight_mode=full and update_weight_transport=disk "
+                               "(the next Megatron actor reloads from disk)", "set args.update_weight_mode=full "
+                               "args.update_weight_transport=disk args.update_weight_disk_dir=DIR",
+                               "update_weight_transport"))
+        if ctx.get("advantage_estimator") == "ppo":
+            out.append(ctx.err("release_train", "does not support critic training (PPO) yet",
+                               "remove args.release_train, or use another advantage estimator", "advantage_estimator"))
+        if ctx.get("keep_old_actor"):
+            out.append(ctx.err("release_train", "does not support --keep-old-actor", "remove one of them",
+                               "keep_old_actor"))
+    if mode == "delta":
+        if transport != "disk":
+            out.append(ctx.err("update_weight_mode", "delta requires update_weight_transport=disk",
+                               "set args.update_weight_transport=disk", "update_weight_transport"))
+        if ctx.get("colocate"):
+            out.append(ctx.err("update_weight_mode", "delta is not supported with colocated training and rollout "
+                               "(weights move by CUDA IPC there)", "use cluster.colocate=false, or mode full",
+                               "colocate"))
+        if not ctx.is_set("update_weight_local_checkpoint_dir"):
+            out.append(ctx.err("update_weight_local_checkpoint_dir", "is required with update_weight_mode=delta "
+                               "(a rollout-host-local directory)", "set args.update_weight_local_checkpoint_dir",
+                               "update_weight_mode"))
+    return out

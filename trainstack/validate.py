@@ -373,8 +373,6 @@ def model_paths(ctx: Ctx) -> list[ConfigError]:
 @rule
 def colocate_offload(ctx: Ctx) -> list[ConfigError]:
     out = []
-    if ctx.get("release_train") and not ctx.is_set("save"):
-        out.append(ctx.err("release_train", "tears training down every step and needs --save", "set args.save"))
     if ctx.get("offload_train") is False and ctx.get("advantage_estimator") == "ppo":
         out.append(ctx.err("offload_train", "PPO forces training offload in slime; false would be ignored",
                            "remove offload_train=false"))

@@ -89,14 +89,28 @@ def forked_run(cmd, env=None, capture_output=True, text=True, timeout=300, cwd=N
     return subprocess.CompletedProcess(cmd, rc, out.read().decode(errors="replace"), err.read().decode(errors="replace"))
 
 
+def with_launch_files(row: dict, workdir: str) -> tuple[list, dict]:
+    """argv and intended dests with each file the launch would write (e.g. an HTTP env's
+    --custom-config-path YAML in the run dir) written here and its path swapped in."""
+    argv, intended = list(row["argv"]), dict(row["intended"])
+    for i, (path, text) in enumerate(sorted((row.get("launch_files") or {}).items())):
+        local = os.path.join(workdir, f"launch-file-{i}{os.path.splitext(path)[1]}")
+        with open(local, "w") as f:
+            f.write(text)
+        argv = [local if t == path else t for t in argv]
+        intended = {k: (local if v == path else v) for k, v in intended.items()}
+    return argv, intended
+
+
 def check_one(check, row: dict, workdir: str, forked: bool) -> dict:
     """The check's JSON report for one corpus row."""
     argv_file = os.path.join(workdir, "argv.json")
     intended_file = os.path.join(workdir, "intended.json")
+    argv, intended = with_launch_files(row, workdir)
     with open(argv_file, "w") as f:
-        json.dump({"argv": ["python3", "train.py", *row["argv"]], "env": row["env"]}, f)
+        json.dump({"argv": ["python3", "train.py", *argv], "env": row["env"]}, f)
     with open(intended_file, "w") as f:
-        json.dump(row["intended"], f)
+        json.dump(intended, f)
     args = [argv_file, "--intended", intended_file]
     if not forked:
         r = subprocess.run([sys.executable, check.__file__, *args], capture_output=True, text=True)

@@ -159,12 +159,27 @@ class _WithServer:
                 self.rundir.event("http_env_server_stopped", url=self.server.url, exit_code=code)
 
 
-def write_client_config(path: str, block: HttpEnvBlock, url: str) -> None:
+def client_config_text(block: HttpEnvBlock, url: str) -> str:
+    """The generate function's settings file (slime's --custom-config-path YAML)."""
     import yaml
 
+    return yaml.safe_dump({CONFIG_KEY: {**block.raw, "url": url}}, sort_keys=False)
+
+
+def write_client_config(path: str, block: HttpEnvBlock, url: str) -> None:
     from trainstack.rundir import atomic_write
 
-    atomic_write(Path(path), yaml.safe_dump({CONFIG_KEY: {**block.raw, "url": url}}, sort_keys=False))
+    atomic_write(Path(path), client_config_text(block, url))
+
+
+def launch_files(config: dict, args: dict) -> dict[str, str]:
+    """Files a launch writes before the trainer starts that its argv names ({path: text}; the URL of a
+    server the launch starts is only known then): what slime's parser reads at start-up."""
+    block = block_of(config)
+    path = args.get("custom_config_path")
+    if block is None or not path:
+        return {}
+    return {path: client_config_text(block, block.settings.url or "http://127.0.0.1:0")}
 
 
 def with_sidecars(spec: "RunSpec", start: "StartRunner") -> "StartRunner":
