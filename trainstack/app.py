@@ -51,8 +51,8 @@ def run_app(cfg: Any) -> Any:
     sweep = hc.mode == RunMode.MULTIRUN
     from trainstack.preflight import preflight
 
-    try:  # the trainer's own checks, before anything is written: a dry run answers like the launch
-        preflight(run, cmd, launching=not cfg.dry_run)
+    try:  # every check that can fail, before anything is written: a dry run answers like the launch
+        report = preflight(run, cmd, launching=not cfg.dry_run)
     except ConfigErrors as err:
         report_and_exit(err)
     if cfg.dry_run:
@@ -61,7 +61,7 @@ def run_app(cfg: Any) -> Any:
         if sweep:
             display.print_sweep_line(run, cmd)
         else:
-            display.print_dry_run(run, cmd)
+            display.print_dry_run(run, cmd, report=report)
         if cfg.output:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         return
