@@ -23,9 +23,11 @@ def main() -> Any:
     --config-dir), then run_app builds, checks and launches."""
     import hydra
 
+    from trainstack.hydra_errors import guard
     from trainstack.resolve import PRIMARY_CONFIG
 
     prepare_argv()
+    guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
     try:
         return hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)()
     except BrokenPipeError:  # `python run.py --help | head`: the reader left

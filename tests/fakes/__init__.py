@@ -125,3 +125,15 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
             p.write_text("{}\n")
         made.append(str(p))
     return made
+
+
+def write_checkpoint(save_dir: Path, rollout_id: int) -> None:
+    """A complete tiny-trainer checkpoint of `rollout_id` in slime's layout, the tracker naming it
+    (the one place tests spell the layout; trainstack.checkpoints decides what is complete)."""
+    from trainstack.checkpoints import TINY_COMPLETE, TRACKER, iter_name
+
+    d = Path(save_dir) / iter_name(rollout_id)
+    d.mkdir(parents=True, exist_ok=True)
+    for name in TINY_COMPLETE:
+        (d / name).write_text(json.dumps({"rollout_id": rollout_id}))
+    (Path(save_dir) / TRACKER).write_text(str(rollout_id))

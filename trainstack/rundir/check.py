@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.rundir import layout
@@ -180,21 +180,30 @@ def problems(run_dir: str | Path, names: tuple[str, ...] | None = None) -> list[
     return [e for name in (names or tuple(SHAPE_BY_NAME)) if (e := file_problem(run_dir, name)) is not None]
 
 
-def require_readable(run_dirs: list[str | Path] | tuple[str | Path, ...]) -> None:
+def require_readable(run_dirs: Sequence[str | Path]) -> None:
     """Raise ConfigErrors naming every corrupt file of these run directories."""
     errors = [e for d in run_dirs for e in problems(d)]
     if errors:
         raise ConfigErrors(errors)
 
 
+def _sweep_runs(data: dict) -> str:
+    runs = data.get("runs", [])
+    if not isinstance(runs, list):
+        return "runs is not a list"
+    for i, r in enumerate(runs):
+        if not isinstance(r, dict) or not isinstance(r.get("run_dir"), str) or not isinstance(r.get("run_id"), str):
+            return f"runs[{i}] lacks a run_id and run_dir"
+        if not isinstance(r.get("overrides", []), list) or not isinstance(r.get("logs", {}), dict) \
+                or not isinstance(r.get("job_id"), (str, int, type(None))):
+            return f"runs[{i}] has overrides, logs or job_id of the wrong type"
+    return ""
+
+
 def sweep_problem(sweep_dir: str | Path) -> ConfigError | None:
     """A sweep manifest that exists but cannot be read as one."""
     path = Path(sweep_dir) / layout.SWEEP_MANIFEST
-    shape = FileShape(layout.SWEEP_MANIFEST, "json-object", RESTORE.replace("run directory", "sweep directory"),
-                      lambda d: "" if isinstance(d.get("runs", []), list) and all(
-                          isinstance(r, dict) and isinstance(r.get("run_dir", ""), str)
-                          and isinstance(r.get("run_id", ""), str) for r in d.get("runs", []))
-                      else "runs is not a list of {run_id, run_dir, ...} entries")
+    shape = FileShape(layout.SWEEP_MANIFEST, "json-object", RESTORE, _sweep_runs)
     why = _problem(path, shape)
     return ConfigError(str(path), f"{layout.SWEEP_MANIFEST} is corrupt: {why}",
                        "restore it, or give the run ids (trainstack status RUN_ID ...)") if why else None
