@@ -54,6 +54,12 @@ def run_app(cfg: Any) -> Any:
     from trainstack.preflight import preflight
 
     try:  # every check that can fail, before anything is written: a dry run answers like the launch
+        if cfg.dry_run and cfg.output:
+            from trainstack.outputs import output_problem
+
+            problem = output_problem(str(cfg.output), "output")
+            if problem:
+                raise ConfigErrors([problem])
         report = preflight(run, cmd, launching=not cfg.dry_run)
     except ConfigErrors as err:
         report_and_exit(err)

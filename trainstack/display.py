@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.render import SlimeCommand
@@ -89,10 +88,10 @@ def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
 
 
 def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
+    from trainstack.outputs import write_text
+
     data = {"run_id": run.run_id, "name": run.name, **cmd.to_json()}
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def print_summary(run: "RunSpec", code: int, file=None) -> None:

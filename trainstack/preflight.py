@@ -133,13 +133,14 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
         facts.launcher = submitted_by
     has_hook = bool(run.meta.get("env", {}).get("prepare"))
     report = Report(runs_here=facts.runs_here)
+    corrupt = run_dir_problems(run)
+    if corrupt:  # everything below reads the run dir: name the broken files first
+        raise ConfigErrors(corrupt)
     errors = [] if submitted_by else registry.get(facts.launcher).submit_host_problems(dry=False)
-    errors += run_dir_problems(run)
-    if not errors:
-        try:
-            report.plan = _plan(run)
-        except ConfigErrors as err:
-            errors += err.errors
+    try:
+        report.plan = _plan(run)
+    except ConfigErrors as err:
+        errors += err.errors
     if run.cluster.backend == "tiny":
         errors += _tiny_problems(run, cmd, trust_hook=has_hook)
     if facts.runs_here:

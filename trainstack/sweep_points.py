@@ -68,7 +68,7 @@ def shared_run_id_errors(points: Sequence[tuple[str, list[str]]], what: str = "r
             errors.append(ConfigError(
                 "sweep", f"{len(same)} points would be the same {what} {run_id} (they would resume each other): "
                 f"the swept {', '.join(varying) or 'keys'} leave{'s' if len(varying) == 1 else ''} what is trained "
-                "unchanged, so the run id does not change with them", "sweep a key that changes training, or give each point its own run_id "
+                "unchanged, so the run id is the same for each value", "sweep a key that changes training, or give each point its own run_id "
                 "(e.g. run_id='my-sweep-${hydra:job.num}')", value=run_id,
                 related={"points": [" ".join(o.lstrip("+") for o in p) for p in same]}))
     return errors

@@ -23,6 +23,8 @@ RESTORE = ("restore it from a copy of the run directory, or move the run directo
            "(a new run starts from scratch)")
 LEASE_FIX = ("if no trainstack process is running this run (check the host and pid in it), move it aside "
              "(mv {path} {path}.corrupt) and relaunch")
+TRACKER_FIX = ("write the rollout id of the newest complete iter_* directory into it (or move it aside to start the "
+               "run over), then relaunch")
 METRICS_FIX = ("move it aside (mv {path} {path}.corrupt); `trainstack compare --source tensorboard` still reads "
                "the run's TensorBoard files")
 
@@ -30,7 +32,7 @@ METRICS_FIX = ("move it aside (mv {path} {path}.corrupt); `trainstack compare --
 @dataclass(frozen=True)
 class FileShape:
     name: str
-    kind: str  # json-object | yaml-object | yaml-list | jsonl
+    kind: str  # json-object | yaml-object | yaml-list | jsonl | text
     fix: str
     check: Callable[[Any], str] | None = None  # more than the container type: "" when fine
 
@@ -105,6 +107,8 @@ SHAPES: tuple[FileShape, ...] = (
     FileShape(layout.SLURM, "json-object", RESTORE),
     FileShape(layout.EVENTS, "jsonl", REWRITTEN),
     FileShape(layout.METRICS, "jsonl", METRICS_FIX, _metrics_line),
+    # what it names is the resume plan's to judge (a missing or incomplete iteration); here: readable text
+    FileShape(f"{layout.CHECKPOINTS}/{layout.TRACKER}", "text", TRACKER_FIX),
 )
 SHAPE_BY_NAME = {s.name: s for s in SHAPES}
 
@@ -125,6 +129,8 @@ def _problem(path: Path, shape: FileShape) -> str:
         return "it is not UTF-8 text"
     if shape.kind == "jsonl":
         return _jsonl_problem(text, shape)
+    if shape.kind == "text":
+        return "" if text.isprintable() or text.strip().isprintable() else "it holds control characters"
     if shape.kind.startswith("yaml"):
         import yaml
 
@@ -188,6 +194,11 @@ def require_readable(run_dirs: Sequence[str | Path]) -> None:
 
 
 def _sweep_runs(data: dict) -> str:
+    for key, kinds in (("sweep_dir", (str,)), ("scheduler", (str,)), ("mode", (str,)), ("wait", (bool,)),
+                       ("submitit_folder", (str, type(None))), ("submit_s", (int, float)),
+                       ("manifest_version", (int,)), ("created_at", (str,))):
+        if key in data and not isinstance(data[key], kinds):
+            return f"{key} has the wrong type"
     runs = data.get("runs", [])
     if not isinstance(runs, list):
         return "runs is not a list"
@@ -195,8 +206,9 @@ def _sweep_runs(data: dict) -> str:
         if not isinstance(r, dict) or not isinstance(r.get("run_dir"), str) or not isinstance(r.get("run_id"), str):
             return f"runs[{i}] lacks a run_id and run_dir"
         if not isinstance(r.get("overrides", []), list) or not isinstance(r.get("logs", {}), dict) \
-                or not isinstance(r.get("job_id"), (str, int, type(None))):
-            return f"runs[{i}] has overrides, logs or job_id of the wrong type"
+                or not all(isinstance(r.get(k), (str, int, type(None))) for k in ("job_id", "job_name", "sbatch")) \
+                or not isinstance(r.get("job_num"), (int, type(None))):
+            return f"runs[{i}] has a field of the wrong type"
     return ""
 
 
