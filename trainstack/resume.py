@@ -35,6 +35,12 @@ class ResumePlan:
     num_rollout: int | None = None
     changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
 
+    def suggested_num_rollout(self) -> int:
+        """A num_rollout that continues this run: twice what it has trained (its last checkpoint, not
+        the count a relaunch asked for), so the hint never points below the checkpoint."""
+        done = (self.checkpoint.latest_complete + 1) if self.checkpoint.latest_complete is not None else 0
+        return max(2 * done, done + 1, 2 * (self.num_rollout or 0) if done < (self.num_rollout or 0) else 0)
+
     def describe(self) -> str:
         if self.action == FRESH:
             return "fresh start (no checkpoint yet)"
