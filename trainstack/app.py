@@ -28,8 +28,13 @@ def main() -> Any:
 
     prepare_argv()
     guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
+    app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
     try:
-        return hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)()
+        if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
+            from trainstack.completion import complete
+
+            return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
+        return app()
     except BrokenPipeError:  # `python run.py --help | head`: the reader left
         import os
 

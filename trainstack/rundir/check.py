@@ -23,6 +23,8 @@ RESTORE = ("restore it from a copy of the run directory, or move the run directo
            "(a new run starts from scratch)")
 LEASE_FIX = ("if no trainstack process is running this run (check the host and pid in it), move it aside "
              "(mv {path} {path}.corrupt) and relaunch")
+SLURM_FIX = ("it records the run's SLURM job: restore it (squeue/sacct show the job id), or move it aside "
+             "(mv {path} {path}.corrupt); `trainstack cancel RUN_ID` then cancels by job name")
 TRACKER_FIX = ("write the rollout id of the newest complete iter_* directory into it (or move it aside to start the "
                "run over), then relaunch")
 METRICS_FIX = ("move it aside (mv {path} {path}.corrupt); `trainstack compare --source tensorboard` still reads "
@@ -74,11 +76,39 @@ def _spec_fields(data: dict) -> str:
     return ""
 
 
+def _strings_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(a, str) for a in v)
+
+
 def _command_fields(data: dict) -> str:
-    argv = data.get("argv")
-    if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
-        return "argv is not a list of strings"
+    for key in ("argv", "entrypoint"):
+        if key in data and not _strings_list(data[key]):
+            return f"{key} is not a list of strings"
+    groups = data.get("groups", {})
+    if not isinstance(groups, dict) or not all(_strings_list(v) for v in groups.values()):
+        return "groups is not a map of argv lists"
+    if not isinstance(data.get("env", {}), dict):
+        return "env is not a mapping"
+    return _typed(data, {"run_id": (str,), "name": (str,), "cwd": (str,), "backend": (str,)})
+
+
+def _typed(data: dict, kinds: dict[str, tuple[type, ...]]) -> str:
+    for key, want in kinds.items():
+        if key in data and data[key] is not None and not isinstance(data[key], want):
+            return f"{key} is {type(data[key]).__name__}"
     return ""
+
+
+def _slurm_fields(data: dict) -> str:
+    if not isinstance(data.get("logs", {}), dict) or not all(isinstance(v, str) for v in data.get("logs", {}).values()):
+        return "logs is not a map of paths"
+    return _typed(data, {"run_id": (str,), "job_id": (str, int), "job_name": (str,), "submitit_folder": (str,),
+                         "sweep_dir": (str,), "submitted_at": (str,)})
+
+
+def _text_values(data: dict) -> str:
+    bad = [k for k, v in data.items() if v is not None and not isinstance(v, str)]
+    return f"{bad[0]} is not text" if bad else ""
 
 
 def _strings(data: list) -> str:
@@ -99,12 +129,12 @@ SHAPES: tuple[FileShape, ...] = (
     FileShape(layout.ARGS, "json-object", RESTORE),
     FileShape(layout.CONFIG, "yaml-object", RESTORE),
     FileShape(layout.OVERRIDES, "yaml-list", RESTORE, _strings),
-    FileShape(layout.PROVENANCE, "json-object", RESTORE),
-    FileShape(layout.CHOICES, "json-object", RESTORE),
+    FileShape(layout.PROVENANCE, "json-object", RESTORE, _text_values),
+    FileShape(layout.CHOICES, "json-object", RESTORE, _text_values),
     FileShape(layout.COMMAND, "json-object", RESTORE, _command_fields),
     FileShape(layout.STATUS, "json-object", REWRITTEN, _status_fields),
     FileShape(layout.LEASE, "json-object", LEASE_FIX, _lease_fields),
-    FileShape(layout.SLURM, "json-object", RESTORE),
+    FileShape(layout.SLURM, "json-object", SLURM_FIX, _slurm_fields),
     FileShape(layout.EVENTS, "jsonl", REWRITTEN),
     FileShape(layout.METRICS, "jsonl", METRICS_FIX, _metrics_line),
     # what it names is the resume plan's to judge (a missing or incomplete iteration); here: readable text
