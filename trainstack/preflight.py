@@ -62,6 +62,17 @@ class HostFacts:
     params: int | None  # model parameters (model meta), for the checkpoint size
     key_of: Callable[[str], str] = lambda dest: f"args.{dest}"
     source_of: Callable[[str], str] = lambda dest: ""
+    prepared_root: str | None = None  # an env data hook writes its files under here at launch
+
+    def made_by_hook(self, path: str) -> bool:
+        """A data file the env's `meta.prepare` hook will write (under data_root) before the trainer starts."""
+        if not self.prepared_root:
+            return False
+        try:
+            Path(path).resolve().relative_to(Path(self.prepared_root).resolve())
+        except ValueError:
+            return False
+        return True
 
     @classmethod
     def from_run(cls, run: ResolvedRun, cmd: SlimeCommand) -> "HostFacts":
@@ -132,6 +143,7 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
     if submitted_by:
         facts.launcher = submitted_by
     has_hook = bool(run.meta.get("env", {}).get("prepare"))
+    facts.prepared_root = run.paths.data_root if has_hook else None
     report = Report(runs_here=facts.runs_here)
     corrupt = run_dir_problems(run)
     if corrupt:  # everything below reads the run dir: name the broken files first
@@ -142,9 +154,9 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
     except ConfigErrors as err:
         errors += err.errors
     if run.cluster.backend == "tiny":
-        errors += _tiny_problems(run, cmd, trust_hook=has_hook)
+        errors += _tiny_problems(run, cmd, facts)
     if facts.runs_here:
-        errors += host_problems(facts, skip=PREPARED_DATA_DESTS if has_hook else ())
+        errors += host_problems(facts)
     else:
         errors += runs_root_problems(facts, free_space=False)  # the submit host writes the run's spec there
         report.deferred = deferred_checks(facts)
@@ -154,7 +166,8 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
         raise ConfigErrors(errors)
     if launching and has_hook:
         prepare_env_data(run)
-        errors = _tiny_problems(run, cmd, trust_hook=False) if run.cluster.backend == "tiny" else []
+        facts.prepared_root = None  # written now: every input must exist
+        errors = _tiny_problems(run, cmd, facts) if run.cluster.backend == "tiny" else []
         errors = _dedupe(errors + (host_problems(facts, only=PREPARED_DATA_DESTS) if facts.runs_here else []))
         if errors:
             raise ConfigErrors(errors)
@@ -168,8 +181,8 @@ def check_stored(spec: Any) -> None:
 
     facts = HostFacts.from_spec(spec)
     facts.launcher = "local"  # executing here: every input must be here
-    errors = check.problems(spec.run_dir) + host_problems(
-        facts, skip=PREPARED_DATA_DESTS if spec.data_prepare else ())
+    facts.prepared_root = spec.data_root if spec.data_prepare else None  # the lifecycle runs the data hook
+    errors = check.problems(spec.run_dir) + host_problems(facts)
     if errors:
         raise ConfigErrors(_dedupe(errors))
 
@@ -209,13 +222,12 @@ def _plan(run: ResolvedRun) -> str:
 # ------------------------------------------------------------------------------------------
 # the machine that runs the trainer
 # ------------------------------------------------------------------------------------------
-def host_problems(facts: HostFacts, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None
-                  ) -> list[ConfigError]:
+def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list[ConfigError]:
     """Checks about the machine the trainer runs on: slime checkout, inputs, plugins, runs_root."""
     errors: list[ConfigError] = []
     if only is None:
         errors += slime_checkout_problems(facts)
-    errors += input_path_problems(facts, skip=skip, only=only)
+    errors += input_path_problems(facts, only=only)
     if only is None:
         errors += plugin_problems(facts)
         errors += runs_root_problems(facts, free_space=True)
@@ -281,13 +293,14 @@ def _inputs(facts: HostFacts) -> list[tuple[str, str, str]]:
     return out
 
 
-def input_path_problems(facts: HostFacts, skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None
-                        ) -> list[ConfigError]:
+def input_path_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list[ConfigError]:
     errors = []
     for dest, kind, path in _inputs(facts):
-        if dest in skip or (only is not None and dest not in only):
+        if only is not None and dest not in only:
             continue
         p = Path(path)
+        if not p.exists() and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path):
+            continue
         if kind == "file" and p.is_file() or kind == "directory" and p.is_dir() or kind.startswith("file or") \
                 and p.exists():
             continue
@@ -453,16 +466,16 @@ def _size(n: float) -> str:
 # ------------------------------------------------------------------------------------------
 # the tiny trainer's own checks
 # ------------------------------------------------------------------------------------------
-def _tiny_problems(run: ResolvedRun, cmd: SlimeCommand, *, trust_hook: bool) -> list[ConfigError]:
+def _tiny_problems(run: ResolvedRun, cmd: SlimeCommand, facts: HostFacts) -> list[ConfigError]:
+    """The tiny trainer's own parse and checks (a dry run trusts the data hook for the files it writes)."""
     from trainstack.tiny.cli import parse_argv
     from trainstack.tiny.validate import validate
 
     try:
         validate(parse_argv(cmd.argv), env=cmd.env)
     except ConfigErrors as err:
-        errors = err.errors
-        if trust_hook:
-            errors = [e for e in errors if not (e.key in PREPARED_DATA_FLAGS and "does not exist" in e.problem)]
+        errors = [e for e in err.errors if not (e.key in PREPARED_DATA_FLAGS and "does not exist" in e.problem
+                                                and isinstance(e.value, str) and facts.made_by_hook(e.value))]
         return [_as_config_key(run, e) for e in errors]
     return []
 
