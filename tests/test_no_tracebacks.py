@@ -176,19 +176,17 @@ def test_several_bad_values_at_once(pairs, scratch):
 # ------------------------------------------------------------------------------------------
 # 2. corrupt run-dir files
 # ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def template(scratch):
-    """A run dir with every file the lifecycle writes (spec and its views, events, status, metrics,
-    lease, checkpoint, SLURM record) and a sweep manifest naming it."""
+def build_run_tree(root: Path) -> str:
+    """Under `root`: a run dir with every file the lifecycle writes (spec and its views, events, status,
+    metrics, lease, checkpoint, SLURM record) and a sweep manifest naming it; returns the run id.
+    Built in place (never copied: the spec, the manifest and the views record absolute paths)."""
     from trainstack.lease import Lease
     from trainstack.pipeline import build_from_overrides
     from trainstack.rundir import RunDir, manifest
     from trainstack.runspec import RunSpec
 
-    root = scratch / "template"
-    root.mkdir()
     with cwd(root):
-        run, cmd = build_from_overrides(["env.num_rollout=4", "args.save_interval=1"])
+        run, cmd = build_from_overrides(RELAUNCH)
     spec = RunSpec.from_run(run, cmd)
     rd = RunDir(spec.run_dir)
     rd.write_spec(spec)
@@ -208,7 +206,10 @@ def template(scratch):
     manifest.record(root / "multirun" / "sw", [manifest.SweepRun(run_id=spec.run_id, run_dir=spec.run_dir,
                                                                  overrides=["env.num_rollout=4"], job_num=0)],
                     scheduler="local")
-    return root, spec.run_id
+    return spec.run_id
+
+
+RELAUNCH = ["env.num_rollout=4", "args.save_interval=1"]
 
 
 RUN_FILES = [layout.SPEC, layout.ARGS, layout.CONFIG, layout.OVERRIDES, layout.PROVENANCE, layout.CHOICES,
@@ -287,12 +288,11 @@ def cli(*argv: str) -> int:
 
 @SETTINGS
 @given(case=corruption())
-def test_corrupt_run_dir_files_are_named_never_a_traceback(case, template):
-    root_t, run_id = template
+def test_corrupt_run_dir_files_are_named_never_a_traceback(case):
     name, how, payload, key_pick, field_value, cut = case
     root = Path(tempfile.mkdtemp(prefix="ts-corrupt-"))
     try:
-        shutil.copytree(root_t, root, dirs_exist_ok=True)
+        run_id = build_run_tree(root)
         run_dir = root / "runs" / run_id
         sweep = root / "multirun" / "sw"
         target = sweep / layout.SWEEP_MANIFEST if name == "sweep" else run_dir / name
@@ -308,7 +308,7 @@ def test_corrupt_run_dir_files_are_named_never_a_traceback(case, template):
                 "cancel": cli("cancel", str(sweep), "--dry"),
             }
             assert snapshot(root) == before, (name, how)
-            launch_checks(["env.num_rollout=4", "args.save_interval=1"], root)  # the relaunch's checks
+            launch_checks(RELAUNCH, root)  # the relaunch's checks
             try:  # what `trainstack exec RUN` checks before the lifecycle writes anything
                 from trainstack import runspec
                 from trainstack.preflight import check_stored
@@ -327,8 +327,8 @@ def test_corrupt_run_dir_files_are_named_never_a_traceback(case, template):
 # ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("overrides", [
     ["args.lr=nan"], ["cluster.num_nodes=-1"], ["resume.lease_ttl_s=inf"], ["paths.runs_root=[1,2]"],
-    ["run_id={a:1}"], ["algo.lr=${nope}"], ["args.train_env_vars=[1]"], ["output=/", "dry_run=true"],
-    ["model=null"], ["cluster.gpus_per_node=1e400"], ["args.eval_prompt_data={}"], ["slime.root=''"],
+    ["run_id={a:1}"], ["algo.lr=${nope}"], ["args.rollout_batch_size=[1]"], ["output=/", "dry_run=true"],
+    ["model=null"], ["cluster.gpus_per_node=1e400"], ["args.eval_prompt_data={}"], ["resume.grace_s=-inf"],
 ])
 def test_run_py_refuses_in_one_message(overrides, tmp_path):
     res = run_py(*overrides, cwd=tmp_path)
@@ -341,9 +341,8 @@ def test_run_py_refuses_in_one_message(overrides, tmp_path):
     (layout.SPEC, "{not json"), (layout.STATUS, "[1, 2]"), (layout.LEASE, "garbage"),
     (layout.EVENTS, '{"event": "launch"}\nnot json\n'), (layout.ARGS, '"x"'),
 ])
-def test_cli_subprocess_corrupt_file(file, content, template, tmp_path):
-    root_t, run_id = template
-    shutil.copytree(root_t, tmp_path, dirs_exist_ok=True)
+def test_cli_subprocess_corrupt_file(file, content, tmp_path):
+    run_id = build_run_tree(tmp_path)
     (tmp_path / "runs" / run_id / file).write_text(content)
     before = snapshot(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -352,6 +351,6 @@ def test_cli_subprocess_corrupt_file(file, content, template, tmp_path):
                              text=True, timeout=120)
         assert res.returncode == 2, (argv, file, res.stdout[-500:], res.stderr[-1500:])
         assert "Traceback" not in res.stderr and file in res.stderr and "fix" in res.stderr
-    res = run_py("env.num_rollout=4", "args.save_interval=1", cwd=tmp_path)  # relaunching the run
+    res = run_py(*RELAUNCH, cwd=tmp_path)  # relaunching the run
     assert res.returncode == 2 and file in res.stderr and "Traceback" not in res.stderr, res.stderr[-1500:]
     assert snapshot(tmp_path) == before

@@ -77,7 +77,7 @@ class SlimeSpec:
 
 @dataclass
 class RuntimeEnvSpec:
-    env_vars: dict[str, Union[str, int, float, bool]] = field(default_factory=dict)  # scalar values only
+    env_vars: dict[str, Optional[Union[str, int, float, bool]]] = field(default_factory=dict)  # scalars (null: unset)
     pythonpath: list[str] = field(default_factory=list)
 
 
