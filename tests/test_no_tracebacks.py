@@ -286,7 +286,8 @@ def cli(*argv: str) -> int:
     return code
 
 
-@SETTINGS
+@pytest.mark.slow  # ~0.7 s an example: six commands and a relaunch's checks on a fresh run tree
+@settings(SETTINGS, max_examples=int(os.environ.get("TS_PROPERTY_EXAMPLES", "40")))
 @given(case=corruption())
 def test_corrupt_run_dir_files_are_named_never_a_traceback(case):
     name, how, payload, key_pick, field_value, cut = case
