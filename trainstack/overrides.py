@@ -53,7 +53,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         options = group_options(conf_dir, head)
         vals = _simple_values(value or "")
         if value in ("null", "") and prefix != "~" and head != "experiment":
-            return token, ConfigError(head, f"every run needs a {head} preset; {head}={value or 'nothing'} removes it",
+            article = "an" if head[0] in "aeiou" else "a"
+            return token, ConfigError(head, f"every run needs {article} {head} preset; {head}={value or 'nothing'} removes it",
                                       f"choose one: {', '.join(options)}", value=value, source=f"command line `{token}`")
         if prefix == "~" or vals is None or has_searchpath or value in ("null", ""):
             return token, None
