@@ -58,6 +58,8 @@ def point_errors(num: int, overrides: list[str], errors: list[ConfigError]) -> l
 def shared_run_id_errors(points: Sequence[tuple[str, list[str]]], what: str = "run") -> list[ConfigError]:
     """Points that would be one run (same run_id: same run dir, same SLURM job name) resume each
     other; refuse them naming the swept keys that do not change what is trained."""
+    from trainstack.secrets import redact_override
+
     by_run_id: dict[str, list[list[str]]] = {}
     for run_id, overrides in points:
         by_run_id.setdefault(run_id, []).append(overrides)
@@ -70,7 +72,7 @@ def shared_run_id_errors(points: Sequence[tuple[str, list[str]]], what: str = "r
                 f"the swept {', '.join(varying) or 'keys'} leave{'s' if len(varying) == 1 else ''} what is trained "
                 "unchanged, so the run id is the same for each value", "sweep a key that changes training, or give each point its own run_id "
                 "(e.g. run_id='my-sweep-${hydra:job.num}')", value=run_id,
-                related={"points": [" ".join(o.lstrip("+") for o in p) for p in same]}))
+                related={"points": [" ".join(redact_override(o.lstrip("+")) for o in p) for p in same]}))
     return errors
 
 
