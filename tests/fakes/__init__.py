@@ -94,7 +94,7 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
     import os
 
     from trainstack.pipeline import build_from_overrides
-    from trainstack.preflight import HostFacts, _inputs, _plugins, slime_script
+    from trainstack.host import HostFacts, _inputs, _plugins, slime_script
 
     old = os.getcwd()
     os.chdir(cwd)
