@@ -243,6 +243,18 @@ def test_sweep_without_slurm_is_one_message_and_nothing_is_written(tmp_path):
     assert dry.returncode == 0, dry.stderr  # reviewing a sweep needs no SLURM
 
 
+def test_every_point_is_checked_before_anything_is_submitted(tmp_path):
+    """An invalid second point stops the sweep before the first is stored or submitted (PATH without
+    sbatch: even a bug here could not reach a cluster)."""
+    r = subprocess.run([PY, str(ROOT / "run.py"), "-m", "hydra/launcher=slurm", "hydra.sweep.dir=sw",
+                        "model.hidden_size=64,65", "env.num_rollout=3", "algo.lr=1e-3,2e-3"], cwd=tmp_path,
+                       env=_without_sbatch(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("error: point ") == 2 and "model.hidden_size=65" in r.stderr  # both points with 65
+    assert "sbatch" not in r.stderr  # the points' own problems first
+    assert files_under(tmp_path) == []
+
+
 def test_sweep_without_submitit_is_one_message(tmp_path):
     """The slurm extra not installed: a `submitit` that cannot be imported."""
     fake = tmp_path / "fake_site" / "submitit"
