@@ -166,6 +166,25 @@ BROKEN_FILES = {
 }
 
 
+def test_errors_only_composition_finds_go_through_hydras_reporter(tmp_path):
+    """A broken file selected by an experiment's defaults list (not by the command line, so the
+    override pre-check does not read it): Hydra's composition hits it; trainstack/hydra_errors.py turns
+    the error into one message naming the file. Also a --config-dir that does not exist."""
+    conf = tmp_path / "my_conf"
+    (conf / "algo").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "algo" / "loop.yaml").write_text("a: &a [1, *a]\n")
+    (conf / "experiment" / "uses_loop.yaml").write_text("# @package _global_\ndefaults:\n  - override /algo: loop\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    res = run_py("--config-dir", str(conf), "experiment=uses_loop", "dry_run=true", cwd=work)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{conf}/algo/loop.yaml:1" in res.stderr and "recursive anchor" in res.stderr
+    res = run_py("--config-dir", str(tmp_path / "nowhere"), "dry_run=true", cwd=work)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "nowhere' not found" in res.stderr, res.stderr
+    assert files_under(work) == []
+
+
 @pytest.mark.parametrize("case", sorted(BROKEN_FILES))
 def test_broken_config_files_are_one_message(case, tmp_path):
     rel, text, overrides, needle = BROKEN_FILES[case]
