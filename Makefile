@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# ARGS: extra overrides, e.g. `make run ARGS="env.num_rollout=50"`
 run: $(STAMP)
-	$(PY) run.py
+	$(PY) run.py $(ARGS)
 
 test: lint
 	$(PY) -m pytest -q

@@ -1,5 +1,9 @@
-"""Dry-run latency of `run.py experiment=qwen3-4B-grpo-dapo dry_run=true` against a bare
-@hydra.main app composing the same config tree, and the time to dry-run a 256-point sweep.
+"""Dry-run latency of `run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 dry_run=true` against a
+bare @hydra.main app composing the same config tree, and the time to dry-run a 256-point sweep.
+
+The GPU recipe runs on a remote launcher (lium): its dry run is everything a launch does on this
+machine (compose, validate, render, the run-dir and resume checks) with the GPU host's checks
+deferred; with a local launcher it would stop at this CPU machine's missing slime checkout.
 
 Targets (2-core CI machine): dry-run median <= 1.0 s and <= 1.3x the bare app; 256-point
 sweep <= 30 s. Results go to benchmarks/results/dry_run.json.
@@ -18,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "dry_run.json"
-OVERRIDES = ["experiment=qwen3-4B-grpo-dapo"]
+OVERRIDES = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100"]
 
 BARE_APP = f'''
 import hydra

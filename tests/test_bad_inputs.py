@@ -156,3 +156,83 @@ def test_run_py_bad_input(overrides, tmp_path):
     assert "Traceback" not in res.stderr and "error: " in res.stderr
     assert res.stdout == ""
     assert files_under(tmp_path) == []
+
+
+# What only Hydra/YAML composition used to report, with a traceback and exit 1.
+BROKEN_FILES = {
+    "duplicate-key": ("experiment/dup.yaml", "# @package _global_\nalgo:\n  lr: 1.0e-3\n  lr: 2.0e-3\n",
+                      ["experiment=dup"], "duplicate key"),
+    "recursive-anchor": ("algo/loop.yaml", "a: &a [1, *a]\n", ["algo=loop"], "recursive anchor"),
+    "recursive-map": ("experiment/loop.yaml", "# @package _global_\nalgo: &x\n  foo: *x\n", ["experiment=loop"],
+                      "recursive anchor"),
+    "no-package-line": ("experiment/nopkg.yaml", "name: mine\nalgo:\n  lr: 5.0e-4\n", ["experiment=nopkg"],
+                        "no `# @package _global_` line"),
+    "bad-interpolation-in-file": ("experiment/interp.yaml", "# @package _global_\nalgo:\n  lr: ${nowhere.lr}\n",
+                                  ["experiment=interp"], "algo.lr"),
+}
+
+
+def test_errors_only_composition_finds_go_through_hydras_reporter(tmp_path):
+    """A broken file selected by an experiment's defaults list (not by the command line, so the
+    override pre-check does not read it): Hydra's composition hits it; trainstack/hydra_errors.py turns
+    the error into one message naming the file. Also a --config-dir that does not exist."""
+    conf = tmp_path / "my_conf"
+    (conf / "algo").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "algo" / "loop.yaml").write_text("a: &a [1, *a]\n")
+    (conf / "experiment" / "uses_loop.yaml").write_text("# @package _global_\ndefaults:\n  - override /algo: loop\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    res = run_py("--config-dir", str(conf), "experiment=uses_loop", "dry_run=true", cwd=work)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{conf}/algo/loop.yaml:1" in res.stderr and "recursive anchor" in res.stderr
+    res = run_py("--config-dir", str(tmp_path / "nowhere"), "dry_run=true", cwd=work)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "nowhere' not found" in res.stderr, res.stderr
+    assert files_under(work) == []
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_FILES))
+def test_broken_config_files_are_one_message(case, tmp_path):
+    rel, text, overrides, needle = BROKEN_FILES[case]
+    conf = tmp_path / "my_conf"
+    (conf / rel).parent.mkdir(parents=True)
+    (conf / rel).write_text(text)
+    work = tmp_path / "work"
+    work.mkdir()
+    for extra in (["dry_run=true"], []):  # the dry run and the launch alike
+        res = run_py("--config-dir", str(conf), *overrides, *extra, cwd=work)
+        assert res.returncode == 2, (case, res.stderr[-2000:])
+        assert "Traceback" not in res.stderr and res.stderr.startswith("trainstack: ") and needle in res.stderr, \
+            res.stderr[-2000:]
+        assert files_under(work) == []
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["model=null"], "every run needs a model preset"),
+    (["env="], "every run needs an env preset"),
+    (["algo.lr=${nope}"], "algo.lr: cannot resolve"),
+    (["run_id=${paths.nowhere}"], "run_id: cannot resolve"),
+    (["output=.", "dry_run=true"], "output: . is a directory"),
+    (["output=f/x.json", "dry_run=true"], "is a file, so f/x.json cannot be created"),
+])
+def test_bad_values_only_hydra_saw_before(overrides, needle, tmp_path):
+    (tmp_path / "f").write_text("a file")
+    res = run_py(*overrides, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and needle in res.stderr, res.stderr[-2000:]
+    assert files_under(tmp_path) == ["f"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["render", "-o", "."], "--output: . is a directory"),
+    (["render", "-o", "f/x.json"], "is a file, so f/x.json cannot be created"),
+    (["compare", "r1", "--plot", "."], "--plot: . is a directory"),
+    (["compare", "r1", "--plot", "plot.xyz"], "unsupported file type .xyz"),
+    (["compare", "r1", "--csv", "f/t.csv"], "--csv: f is a file"),
+])
+def test_output_paths_are_checked_before_anything_is_written(argv, needle, in_tmp, capsys):
+    (in_tmp / "f").write_text("a file")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and needle in err and "Traceback" not in err, err
+    assert files_under(in_tmp) == ["f"]

@@ -58,9 +58,49 @@ def test_table_from_sweep(sweep):
         assert r["rollouts"] == 6 and r["status"] == ("failed" if lr == 1e-5 else "finished")
         assert r["metrics"]["rollout/raw_reward"]["final"] == pytest.approx(min(1, 0.1 + rate * 5), rel=1e-6)
         assert r["metrics"]["eval/aime"]["best"] == pytest.approx(0.1 + rate, rel=1e-6)
-    code, out, _ = cli("compare", str(sweep_dir))
-    assert code == 0 and "algo.lr" in out and "rollout/raw_reward final" in out
+    code, out, _ = cli("compare", str(sweep_dir), "--wide")
+    assert code == 0 and "algo.lr" in out and "rollout/raw_reward final" in out and "eval/aime best" in out
     assert all(rid in out for rid in ids.values())
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_table_is_readable_at_the_terminal_width(sweep, monkeypatch, columns):
+    """Every value shown whole (never `0.…`); what does not fit is left out by priority and named."""
+    sweep_dir, ids = sweep
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, _ = cli("compare", str(sweep_dir))
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(ln) for ln in lines) <= columns, out
+    assert "…" not in out
+    for lr, rid in ids.items():  # the run, the swept value and the final reward, each whole
+        final = f"{min(1, 0.1 + RATES[lr] * 5):.4g}"
+        row = [ln for ln in lines if ln.startswith("│") and f" {final} " in ln]
+        assert row, (final, out)
+        assert any(rid[:10] in ln for ln in lines) and f"{lr:.4g}" in out
+    assert "algo.lr" in out and "rollouts" in out
+    hidden = re.search(r"left out to fit \d+ columns: (.*); --wide shows all", " ".join(lines))
+    if columns == 80:
+        assert hidden and "eval/aime best" in hidden.group(1)
+    code, wide, _ = cli("compare", str(sweep_dir), "--wide")
+    assert "eval/aime best" in wide and "left out" not in wide
+
+
+def test_a_dest_is_one_column_whatever_group_set_it(in_tmp):
+    """The tiny model preset sets lr; a run with algo.lr=2e-3 on the command line overrides it: one
+    `algo.lr` column with both values (the preset's run is not `-`)."""
+    a, run_a = write_run_dir(in_tmp / "runs", [], curves(0.05))
+    b, run_b = write_run_dir(in_tmp / "runs", ["algo.lr=2e-3"], curves(0.1))
+    for d, run in ((a, run_a), (b, run_b)):  # what the lifecycle writes: the resolved args
+        (d / "args.json").write_text(json.dumps(run.args, default=str))
+    sweep_dir = write_sweep(in_tmp, "lr-mixed", [(a, run_a, []), (b, run_b, ["algo.lr=2e-3"])])
+    t = table_json(str(sweep_dir))
+    assert t["varying_keys"] == ["algo.lr"]
+    assert [r["config"]["algo.lr"] for r in t["rows"]] == [0.001, 0.002]
+    for d in (a, b):  # without args.json (older run dirs): the same, from config.yaml and provenance.json
+        (d / "args.json").unlink()
+    t = table_json(str(sweep_dir))
+    assert t["varying_keys"] == ["algo.lr"] and [r["config"]["algo.lr"] for r in t["rows"]] == [0.001, 0.002]
 
 
 def test_sort_and_lower_is_better(sweep):
@@ -104,12 +144,16 @@ def test_plot_csv_and_group(sweep, in_tmp):
     t = table_json(str(sweep_dir), "-m", "rollout/raw_reward", "-m", "train/loss", "--plot", str(png), "--csv", str(csv_path))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     assert t["plotted"] == {"rollout/raw_reward": sorted(ids.values()), "train/loss": sorted(ids.values())}
+    # both axes labelled, each line named by the swept value (not a run-id hash)
+    assert t["plot"]["rollout/raw_reward"]["x"] == "rollout/step" and t["plot"]["train/loss"]["x"] == "train/step"
+    assert t["plot"]["rollout/raw_reward"]["y"] == "rollout/raw_reward" and t["plot"]["train/loss"]["y"] == "train/loss"
+    assert t["plot"]["rollout/raw_reward"]["legend"] == {rid: f"algo.lr={lr:.4g}" for lr, rid in ids.items()}
     from trainstack.compare import attach_metrics, collect, plot
 
     records = attach_metrics(collect([str(sweep_dir)], None, "runs"), "auto")
     drawn = plot(records, ["rollout/raw_reward"], str(in_tmp / "p2.png"))
-    assert set(drawn["rollout/raw_reward"]) == set(ids.values())  # one line per run
-    xs, ys = drawn["rollout/raw_reward"][ids[3e-6]]
+    assert set(drawn["rollout/raw_reward"].lines) == set(ids.values())  # one line per run
+    xs, ys = drawn["rollout/raw_reward"].lines[ids[3e-6]]
     assert xs == [0, 1, 2, 3, 4, 5] and ys[-1] == pytest.approx(0.7, rel=1e-6)
     rows = list(csv.DictReader(csv_path.open()))
     assert {r["run_id"] for r in rows} == set(ids.values())
@@ -176,6 +220,8 @@ def test_docs_walkthrough_runs_for_real(tmp_path):
             assert len(rows) == 2 and all(r["status"] == "finished" for r in rows)
             assert all(r["metrics"]["rollout/raw_reward"]["final"] is not None for r in rows)
             subs = {"RUN_A": rows[0]["run_id"], "RUN_B": rows[1]["run_id"]}
+            doc_ids = set(re.findall(r"\btiny-grpo-arithmetic-[0-9a-f]{8}\b", (ROOT / "docs" / "compare.md").read_text()))
+            assert doc_ids == {r["run_id"] for r in rows}, doc_ids  # the doc shows the ids this sweep makes
         if argv[3:4] == ["diff"]:
             assert p.returncode == 1 and "algo.lr" in p.stdout
     assert (tmp_path / "lr.png").stat().st_size > 20_000

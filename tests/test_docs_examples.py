@@ -1,6 +1,14 @@
-"""Every command in the README and docs code blocks runs as written (docs/compare.md and
-docs/slurm.md have their own tests). Lines marked `(not run in tests: ...)` need an environment
-CI does not have (slime's own Python environment) and say so."""
+"""Every command in the README's and docs' bash blocks runs as written and says what the docs
+promise: each has an expected exit code and a key line of its output (or a file it must write) in
+EXPECT, and a test fails when a documented command has no entry or an entry is no longer documented.
+docs/compare.md and docs/slurm.md have their own tests. A line marked `(not run in tests: ...)` needs
+what CI does not have (slime's own environment) or is the test suite itself, and says so.
+
+Commands run in one scratch directory per doc (they build on each other: train, then resume), with
+`python` being this interpreter (the activated venv) and `run.py` the checkout's; `make` targets run
+in the checkout, and the README's clean-clone path (`make install`, `source .venv/bin/activate`) is
+checked as a user runs it.
+"""
 from __future__ import annotations
 
 import os
@@ -9,6 +17,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Union
 
 import pytest
 
@@ -16,42 +25,156 @@ from conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 OWN_TESTS = {"compare.md", "slurm.md", "hub.md"}  # hub.md: tests/test_hub_runs.py (needs the fake Hub)
+NOT_RUN = "(not run in tests"
+VENV = ROOT / ".venv"
+
+Check = Union[str, Callable[[str, Path], bool]]  # a line the output contains, or a check of (output, cwd)
+
+# documented command -> (exit code, key line of its stdout+stderr, or a check of what it wrote)
+EXPECT: dict[str, tuple[int, Check]] = {
+    # README
+    "python run.py model=qwen3-4B algo=grpo env=dapo_math cluster=lium_8xh100 dry_run=true":
+        (0, "deferred to the host that runs it"),
+    "make install": (0, lambda out, cwd: (VENV / "bin" / "trainstack").is_file()),
+    "source .venv/bin/activate": (0, f"{VENV}/bin/trainstack"),
+    "python run.py dry_run=true": (0, "── command"),
+    "trainstack --help": (0, "{run,render,args,exec,diff,compare,status,cancel}"),
+    "make run": (0, "(finished, exit code 0)"),
+    "make lint": (0, "Success: no issues found"),
+    "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 dry_run=true":
+        (0, "launch (the trainer runs on a lium host)"),
+    "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 dry_run=true output=cmd.json":
+        (0, lambda out, cwd: '"ray_submit"' in (cwd / "cmd.json").read_text()),
+    "python run.py experiment=qwen3-4B-grpo-dapo dry_run=true": (2, "error: slime.root: the slime checkout"),
+    "trainstack render experiment=qwen3-4B-grpo-dapo --format shell": (0, "ray job submit --address="),
+    "trainstack render experiment=qwen3-4B-base-sft -o sft.json":
+        (0, lambda out, cwd: "train_async.py" in (cwd / "sft.json").read_text()),
+    "python run.py -m 'experiment=glob(*,exclude=cpu-smoke)' cluster=lium_8xh100 dry_run=true":
+        (0, "ok  qwen3-4B-base-sft-"),
+    "python run.py -m algo.lr=1e-6,2e-6 dry_run=true": (0, "ok  tiny-grpo-arithmetic-"),
+    "python run.py --help": (0, "trainstack: compose a slime"),
+    "python run.py --cfg job algo.lr=2e-6": (0, "lr: 2.0e-06"),
+    "python run.py --info defaults": (0, "Defaults List"),
+    "trainstack args --rollout-batch-size": (0, "--rollout-batch-size  (dest rollout_batch_size"),
+    "python run.py env.num_rollout=200 args.save_interval=50": (0, "(finished, exit code 0)"),
+    "python run.py env.num_rollout=300 args.save_interval=50": (0, "resuming from rollout 199"),
+    "python run.py -m algo.lr=1e-3,2e-3 env.num_rollout=100 args.save_interval=50 hydra.sweep.dir=multirun/lr-sweep":
+        (0, "2 points: 2 ok, 0 failed"),
+    "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
+    "cluster=slurm_8xh100 cluster.num_nodes=1,2 'run_id=qwen3-4B-grpo-dapo-${cluster.num_nodes}n' hydra.sweep.dir=sw":
+        (0, "nothing submitted"),
+    "trainstack status sw": (0, "qwen3-4B-grpo-dapo-2n"),
+    "trainstack status": (0, "runs under runs"),
+    "trainstack compare multirun/lr-sweep --plot lr.png": (0, "plot: lr.png"),
+    "trainstack diff qwen3-4B-grpo-dapo qwen3-4B-base-sft --json": (1, '"equal": false'),
+    "python -m trainstack.tools.sync_slime presets --check": (0, "generated file(s) up to date"),
+    "python -m trainstack.tools.golden": (0, "golden files up to date"),
+    # docs/config.md
+    "python run.py -sc install=bash": (0, "hydra_bash_completion"),
+    # docs/launchers.md
+    "python run.py env.num_rollout=40 run_id=demo-exec": (0, "(finished, exit code 0)"),
+    "trainstack exec demo-exec": (0, "run demo-exec is finished"),
+    # docs/resume.md (after the three runs above in the same directory: README and resume.md differ)
+    "python run.py env.num_rollout=40 args.save_interval=10": (0, "run dir"),
+    "python run.py env.num_rollout=60 args.save_interval=10": (0, "resuming from rollout 39"),
+    "python run.py cluster.launcher=ray_job cluster.start_ray_head=true env.num_rollout=20 args.save_interval=10":
+        (0, "(finished, exit code 0)"),
+    # README, docs/http_env.md
+    "python run.py experiment=cpu-agentic env.num_rollout=5": (0, "(finished, exit code 0)"),
+    "trainstack env list": (0, "chain_sum"),
+    "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 dry_run=true":
+        (0, "the generate function will use the env server at http://127.0.0.1:18080"),
+    # docs/tiny_trainer.md (/tmp/ paths are taken in the scratch directory)
+    "python -m trainstack.tiny.arithmetic --out /tmp/arith": (0, "train: "),
+    "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "
+    "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "103296 parameters"),
+}
+TINY_TRAIN_PREFIX = "python -m trainstack.tiny.train --num-layers 2"
+EXPECT_PREFIX: dict[str, tuple[int, Check]] = {TINY_TRAIN_PREFIX: (0, "rollout 800/800")}
 
 
 def commands(path: Path) -> list[str]:
+    """The commands of a doc's bash blocks (continuation lines joined, comments dropped)."""
     out = []
     for block in re.findall(r"```bash\n(.*?)```", path.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #", 1)[0].strip() if "(not run in tests" not in line else ""
-            if line.startswith((".venv/bin/python ", "python ", "trainstack ")):
-                out.append(line)
+            line = line.strip()
+            if not line or line.startswith("#") or NOT_RUN in line:
+                continue
+            out.append(" ".join(line.split("  #", 1)[0].split()))
     return out
 
 
 CASES = [(p.name, c) for p in DOCS if p.name not in OWN_TESTS for c in commands(p)]
 
 
-def to_argv(cmd: str) -> list[str]:
+def expectation(cmd: str) -> tuple[int, Check] | None:
+    if cmd in EXPECT:
+        return EXPECT[cmd]
+    return next((v for k, v in EXPECT_PREFIX.items() if cmd.startswith(k)), None)
+
+
+def test_every_documented_command_has_an_expectation():
+    assert len(CASES) >= 30
+    missing = [c for _, c in CASES if expectation(c) is None]
+    assert not missing, "documented commands without an expected output in EXPECT:\n" + "\n".join(missing)
+    documented = {c for _, c in CASES}
+    stale = [k for k in EXPECT if k not in documented]
+    stale += [k for k in EXPECT_PREFIX if not any(c.startswith(k) for c in documented)]
+    assert not stale, "EXPECT entries no longer documented:\n" + "\n".join(stale)
+
+
+def test_readme_starts_from_a_clean_clone():
+    """The quick start: install, activate, then commands by hand (the path every other doc assumes)."""
+    text = (ROOT / "README.md").read_text()
+    quick = text[text.index("## Quick start"):text.index("## Config groups")]
+    cmds = commands_in(quick)
+    assert cmds[:3] == ["make install", "source .venv/bin/activate", "python run.py dry_run=true"]
+    assert "make" in (ROOT / "Makefile").read_text() and "install:" in (ROOT / "Makefile").read_text()
+
+
+def commands_in(text: str) -> list[str]:
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        out += [" ".join(ln.split("  #", 1)[0].split()) for ln in block.splitlines() if ln.strip()]
+    return out
+
+
+def to_argv(cmd: str, cwd: Path) -> list[str]:
     toks = shlex.split(cmd)
     if toks[0] == "trainstack":
         return [sys.executable, "-m", "trainstack.cli", *toks[1:]]
+    if toks[0] == "make":
+        own = cwd / "make-run"  # its own run: the README trains the same config again below
+        extra = [f"ARGS=paths.runs_root={own}/runs paths.data_root={own}/data"] if toks[1:] == ["run"] else []
+        return ["make", "-C", str(ROOT), *toks[1:], *extra]
+    if toks[:2] == ["source", ".venv/bin/activate"]:
+        return ["bash", "-c", f"source {shlex.quote(str(VENV / 'bin' / 'activate'))} && command -v python trainstack"]
+    assert toks[0] == "python", cmd
     toks[0] = sys.executable
     if len(toks) > 1 and toks[1] == "run.py":
         toks[1] = str(ROOT / "run.py")
-    return toks
+    return [t.replace("/tmp/", f"{cwd}/") if t.startswith("/tmp/") else t for t in toks]
 
 
-def test_docs_have_examples():
-    assert len(CASES) >= 10
+def needs_the_checkout_venv(cmd: str) -> bool:
+    return cmd.startswith(("make ", "source "))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("doc,cmd", CASES, ids=[f"{d}:{c[:60]}" for d, c in CASES])
 def test_doc_command_runs(doc, cmd, tmp_path_factory):
+    if needs_the_checkout_venv(cmd) and not (VENV / "bin" / "python").is_file():
+        pytest.skip("the checkout's .venv (make install) is not there: the tests run from another environment")
     cwd = tmp_path_factory.getbasetemp() / f"docs-{doc}"  # one dir per doc: its commands build on each other
     cwd.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_API_KEY": ""}
-    res = subprocess.run(to_argv(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    allowed = (0, 1) if cmd.startswith("trainstack diff") else (0,)  # diff: 1 = "different", like diff(1)
-    assert res.returncode in allowed, f"{cmd}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
-    assert "Traceback" not in res.stderr
+    code, check = expectation(cmd) or (0, "")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_API_KEY": "", "COLUMNS": "120"}
+    res = subprocess.run(to_argv(cmd, cwd), cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    out = res.stdout + res.stderr
+    assert res.returncode == code, f"{cmd}\nexit {res.returncode}, documented {code}\n{out[-3000:]}"
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
+    if callable(check):
+        assert check(out, cwd), f"{cmd}: what it wrote is not what the docs say\n{out[-2000:]}"
+    else:
+        assert check in out, f"{cmd}: expected {check!r} in its output\n{out[-3000:]}"

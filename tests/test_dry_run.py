@@ -3,11 +3,17 @@ secrets redacted everywhere."""
 import json
 
 from conftest import files_under, run_py
+from tests.fakes import fake_gpu_host
 from trainstack import cli
+
+# one checkpoint of Qwen3-4B without optimizer state is 8 GB: the free-space check must pass on CI disks
+QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
 
 
 def test_dry_run_prints_tree_groups_env_command_and_writes_nothing(tmp_path):
-    res = run_py("experiment=qwen3-4B-grpo-dapo", "dry_run=true", cwd=tmp_path)
+    made = fake_gpu_host(tmp_path, QWEN)
+    before = files_under(tmp_path)
+    res = run_py(*QWEN, "dry_run=true", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     for section in ("resolved config", "megatron arguments", "sglang arguments", "slime arguments", "runtime env",
@@ -19,13 +25,18 @@ def test_dry_run_prints_tree_groups_env_command_and_writes_nothing(tmp_path):
     assert command.startswith("ray job submit --address=http://127.0.0.1:8265 ")
     assert "/train.py --tensor-model-parallel-size 2" in command
     assert "pkill" not in out and "ray stop" not in out
-    assert files_under(tmp_path) == []
+    assert f"slime checkout: {tmp_path}/slime (train.py present on this machine)" in out
+    assert "the trainer runs on this machine" in out and "fresh start" in out
+    assert files_under(tmp_path) == before and len(made) == 5
 
 
 def test_dry_run_output_file_is_the_only_thing_written(tmp_path):
-    res = run_py("experiment=qwen3-4B-base-sft", "dry_run=true", "output=cmd.json", cwd=tmp_path)
+    fake_gpu_host(tmp_path, ["experiment=qwen3-4B-base-sft", "args.no_save_optim=true"])
+    before = files_under(tmp_path)
+    res = run_py("experiment=qwen3-4B-base-sft", "args.no_save_optim=true", "dry_run=true", "output=cmd.json",
+                 cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert files_under(tmp_path) == ["cmd.json"]
+    assert files_under(tmp_path) == sorted([*before, "cmd.json"])
     data = json.loads((tmp_path / "cmd.json").read_text())
     assert data["entrypoint"][-1].endswith("/train_async.py") and "--debug-train-only" in data["argv"]
 

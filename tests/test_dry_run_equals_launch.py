@@ -41,6 +41,15 @@ INVALID = [
     ["model=qwen3-4B"],
     ["args.rollout_batchsize=4"],
     ["cluster.num_nodes=0"],
+    # the machine the trainer runs on (trainstack/preflight.py)
+    ["experiment=qwen3-4B-grpo-dapo"],  # no slime checkout, data or model here
+    ["args.custom_rm_path=trainstack.nope.reward"],
+    ["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"],
+    ["paths.runs_root=/proc/version/runs"],
+    ["env.prompt_data=/"],
+    ["env.eval_prompt_data=[arithmetic,/nonexistent/eval.jsonl]"],
+    ["model.ref_load=/proc/version"],
+    ["resume.lease_ttl_s=nan"],
 ]
 
 
@@ -60,4 +69,4 @@ def test_dry_run_and_launch_agree_and_launch_writes_nothing(overrides, tmp_path)
 
 
 def test_there_are_at_least_30_cases():
-    assert len(INVALID) >= 30
+    assert len(INVALID) >= 40

@@ -16,6 +16,9 @@ from trainstack.errors import ConfigErrors
 from trainstack.pipeline import build_from_overrides
 
 LIVEWEB = ["env=liveweb", "model=qwen3-4B", "cluster=local_8xh100"]
+# a dry run on a remote launcher defers the host checks (no slime checkout or data here) and still
+# tells which env server the generate function will use
+LIVEWEB_REMOTE = ["env=liveweb", "model=qwen3-4B", "cluster=lium_8xh100"]
 
 
 def errors_of(overrides: list[str]) -> list:
@@ -41,12 +44,12 @@ def test_liveweb_argv_makes_the_plugin_importable_in_slimes_workers(in_tmp):
 
 
 def test_dry_run_says_which_env_server_and_whether_it_answers(in_tmp):
-    res = run_py(*LIVEWEB, "dry_run=true", cwd=in_tmp, env={"TRAINSTACK_HTTP_ENV_URL": "http://127.0.0.1:9"})
+    res = run_py(*LIVEWEB_REMOTE, "dry_run=true", cwd=in_tmp, env={"TRAINSTACK_HTTP_ENV_URL": "http://127.0.0.1:9"})
     assert res.returncode == 0, res.stderr
     assert "env server at http://127.0.0.1:9" in res.stdout and "/health does NOT answer" in res.stdout
     assert "trainstack env serve liveweb" in res.stdout
     with env_server(CountingEnv()) as (url, _):
-        res = run_py(*LIVEWEB, "dry_run=true", cwd=in_tmp, env={"TRAINSTACK_HTTP_ENV_URL": url})
+        res = run_py(*LIVEWEB_REMOTE, "dry_run=true", cwd=in_tmp, env={"TRAINSTACK_HTTP_ENV_URL": url})
     assert res.returncode == 0 and f"env server at {url}" in res.stdout
     assert "/health answers: env chain_sum, protocol 1, 0/8 sessions" in res.stdout
     assert not (in_tmp / "runs").exists()  # a dry run writes nothing

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import files_under
 from trainstack.launch.slurm import DEFAULTS, executor_params, merge_dependency, render_sbatch, settings_for
 from trainstack.schema import ClusterSpec
 
@@ -68,8 +69,11 @@ DOC = {
     "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep env.num_rollout=80 args.save_interval=1 "
              "algo.lr=1e-3,2e-3,3e-3,4e-3",
     "glob": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true 'experiment=glob(*)' hydra.sweep.dir=sw",
+    "gpu_dry_shared": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
+                      "cluster=slurm_8xh100 cluster.num_nodes=1,2 hydra.sweep.dir=sw",
     "gpu_dry": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
-               "cluster=slurm_8xh100 cluster.num_nodes=1,2 hydra.sweep.dir=sw",
+               "cluster=slurm_8xh100 cluster.num_nodes=1,2 'run_id=qwen3-4B-grpo-dapo-${cluster.num_nodes}n' "
+               "hydra.sweep.dir=sw",
     "optuna": "python run.py -m hydra/launcher=slurm hydra.launcher.wait=true hydra/sweeper=optuna "
               "hydra.sweeper.n_trials=2 hydra.sweeper.n_jobs=2 hydra.sweeper.direction=maximize env.num_rollout=3 "
               "'algo.lr=interval(0.0005,0.005)' hydra.sweep.dir=opt",
@@ -197,19 +201,76 @@ def test_requeue_cap(monkeypatch, tmp_path):
 
 
 def test_composed_slurm_cluster_dry_sweep(tmp_path):
-    """`hydra/launcher=slurm` composes, validates and sizes each point from its own cluster (dry: no SLURM)."""
+    """`hydra/launcher=slurm` composes, validates and sizes each point from its own cluster (dry: no SLURM).
+    The node count is not part of the run id: two points would be one run and one singleton job name, so
+    that sweep is refused naming the key, before anything is written; with a run id per node count it works."""
+    shared = run_doc("gpu_dry_shared", cwd=tmp_path)
+    assert shared.returncode == 2 and "Traceback" not in shared.stderr, shared.stderr
+    assert "2 points would be the same run and SLURM job" in shared.stderr and "cluster.num_nodes" in shared.stderr
+    assert files_under(tmp_path) == []
     r = run_doc("gpu_dry", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert manifest["mode"] == "dry" and len(manifest["runs"]) == 2
     one, two = (m["sbatch"] for m in manifest["runs"])
-    assert manifest["runs"][0]["run_id"] == manifest["runs"][1]["run_id"]  # layout is not in the run id
+    assert [m["run_id"] for m in manifest["runs"]] == ["qwen3-4B-grpo-dapo-1n", "qwen3-4B-grpo-dapo-2n"]
     assert "#SBATCH --nodes=1\n" in one and "#SBATCH --nodes=2\n" in two
-    for text in (one, two):
+    for text, m in zip((one, two), manifest["runs"]):
         assert "#SBATCH --gres=gpu:8\n" in text and "#SBATCH --cpus-per-task=96\n" in text
         assert "#SBATCH --mem=1000GB\n" in text and "#SBATCH --time=4320\n" in text
-        assert f"#SBATCH --job-name={manifest['runs'][0]['run_id']}\n" in text
+        assert f"#SBATCH --job-name={m['run_id']}\n" in text
         assert "#SBATCH --dependency=singleton\n" in text
+    assert not (tmp_path / "runs").exists()  # dry: no run dirs
+
+
+def _without_sbatch() -> dict[str, str]:
+    """This machine as one without SLURM: a PATH holding only the virtualenv's bin (no sbatch)."""
+    return {**env(), "PATH": str(Path(PY).parent)}
+
+
+def test_sweep_without_slurm_is_one_message_and_nothing_is_written(tmp_path):
+    for argv in (["-m", "hydra/launcher=slurm", "hydra.sweep.dir=sw", "env.num_rollout=3", "algo.lr=1e-3,2e-3"],
+                 ["cluster.launcher=slurm", "env.num_rollout=3"], ["cluster.launcher=slurm", "dry_run=true"]):
+        r = subprocess.run([PY, str(ROOT / "run.py"), *argv], cwd=tmp_path, env=_without_sbatch(), capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2, (argv, r.stderr)
+        assert "Traceback" not in r.stderr and r.stderr.count("error: ") == 1, r.stderr
+        assert "sbatch is not on PATH" in r.stderr and "hydra.launcher.dry=true" in r.stderr
+        assert files_under(tmp_path) == [], argv
+    dry = subprocess.run([PY, str(ROOT / "run.py"), "-m", "hydra/launcher=slurm", "hydra.launcher.dry=true",
+                          "hydra.sweep.dir=sw", "algo.lr=1e-3,2e-3"], cwd=tmp_path, env=_without_sbatch(),
+                         capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr  # reviewing a sweep needs no SLURM
+
+
+def test_every_point_is_checked_before_anything_is_submitted(tmp_path):
+    """An invalid second point stops the sweep before the first is stored or submitted (PATH without
+    sbatch: even a bug here could not reach a cluster)."""
+    r = subprocess.run([PY, str(ROOT / "run.py"), "-m", "hydra/launcher=slurm", "hydra.sweep.dir=sw",
+                        "model.hidden_size=64,65", "env.num_rollout=3", "algo.lr=1e-3,2e-3"], cwd=tmp_path,
+                       env=_without_sbatch(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("error: point ") == 2 and "model.hidden_size=65" in r.stderr  # both points with 65
+    assert "sbatch" not in r.stderr  # the points' own problems first
+    assert files_under(tmp_path) == []
+
+
+def test_sweep_without_submitit_is_one_message(tmp_path):
+    """The slurm extra not installed: a `submitit` that cannot be imported."""
+    fake = tmp_path / "fake_site" / "submitit"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('No module named submitit')\n")
+    hidden = {**env(), "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake_site"), env()["PYTHONPATH"]])}
+    code = ("import importlib.util, sys\n"
+            "real = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda name, *a: None if name == 'submitit' else real(name, *a)\n"
+            f"sys.argv = [{str(ROOT / 'run.py')!r}, '-m', 'hydra/launcher=slurm', 'hydra.launcher.dry=true', "
+            "'hydra.sweep.dir=sw', 'algo.lr=1e-3,2e-3']\n"
+            f"import runpy; runpy.run_path({str(ROOT / 'run.py')!r}, run_name='__main__')\n")
+    r = subprocess.run([PY, "-c", code], cwd=tmp_path, env=hidden, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "error: hydra/launcher: SLURM support is not installed" in r.stderr and "trainstack[slurm]" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fake_site"]
 
 
 def test_experiment_glob_dry_sweep(tmp_path):

@@ -1,25 +1,33 @@
-"""`trainstack status` / `cancel` on run directories and sweep manifests (no SLURM needed)."""
+"""`trainstack status` / `cancel` on run directories and sweep manifests (no SLURM needed): numbers
+from what the run did, tables that fit the terminal, every run when no target is given."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from tests.fakes import write_checkpoint
 from trainstack.cli import main
+from trainstack.rundir import RunDir
 from trainstack.status import collect, fill, run_cancel
 
 
-def make_run(root: Path, run_id: str, overrides: list[str], state: str, ckpt: int | None, reward: float | None,
-             in_status: bool = True, job_id: str | None = None) -> Path:
+def make_run(root: Path, run_id: str, overrides: list[str], state: str, ckpt: int | None, rewards: list[float],
+             target: int = 10, job_id: str | None = None, status_says: dict | None = None) -> Path:
+    """A run dir as the lifecycle leaves it; `status_says` overrides what status.json claims."""
     d = root / "runs" / run_id
     d.mkdir(parents=True)
-    status = {"run_id": run_id, "state": state, "last_checkpoint": ckpt, "num_rollout": 10,
-              "last_metrics": {"rollout/raw_reward": reward} if in_status and reward is not None else {}}
+    (d / "args.json").write_text(json.dumps({"num_rollout": target, "lr": 0.001}))
+    status = {"run_id": run_id, "state": state, "last_checkpoint": ckpt, "num_rollout": target,
+              "last_metrics": {"rollout/raw_reward": rewards[-1]} if rewards else {}, **(status_says or {})}
     (d / "status.json").write_text(json.dumps(status))
-    if reward is not None:
-        (d / "metrics.jsonl").write_text(json.dumps({"step_key": "rollout/step", "step": 0,
-                                                      "metrics": {"rollout/raw_reward": reward}}) + "\n")
+    if rewards:
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step_key": "rollout/step", "step": i, "metrics": {
+            "rollout/raw_reward": r}}) + "\n" for i, r in enumerate(rewards)))
+    if ckpt is not None:
+        write_checkpoint(d / "checkpoints", ckpt)
     (d / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     (d / "events.jsonl").write_text(json.dumps({"event": "launch"}) + "\n"
                                     + json.dumps({"event": "resume", "from_rollout": 4}) + "\n")
@@ -31,8 +39,8 @@ def make_run(root: Path, run_id: str, overrides: list[str], state: str, ckpt: in
 
 @pytest.fixture
 def sweep(tmp_path):
-    a = make_run(tmp_path, "r-a", ["env.num_rollout=10", "algo.lr=0.001"], "finished", 9, 0.5)
-    b = make_run(tmp_path, "r-b", ["env.num_rollout=10", "algo.lr=0.002"], "running", None, 0.25, in_status=False)
+    a = make_run(tmp_path, "r-a", ["env.num_rollout=10", "algo.lr=0.001"], "finished", 9, [0.1] * 9 + [0.5])
+    b = make_run(tmp_path, "r-b", ["env.num_rollout=10", "algo.lr=0.002"], "running", None, [0.1, 0.25])
     sw = tmp_path / "multirun" / "s1"
     sw.mkdir(parents=True)
     runs = [{"run_id": d.name, "run_dir": str(d), "overrides": o, "job_num": i, "job_id": None}
@@ -47,31 +55,105 @@ def test_status_rows_from_manifest(sweep):
     rows = fill(collect([str(sw)]))
     assert [r.run_id for r in rows] == ["r-a", "r-b"]
     assert [r.varying for r in rows] == [["algo.lr=0.001"], ["algo.lr=0.002"]]
-    assert rows[0].reward == 0.5 and rows[1].reward == 0.25  # the second from metrics.jsonl
+    assert rows[0].reward == 0.5 and rows[1].reward == 0.25
     assert rows[0].last_checkpoint == 9 and rows[0].state == "finished" and rows[1].state == "running"
+    assert (rows[0].rollouts, rows[0].target, rows[1].rollouts, rows[1].last_checkpoint) == (10, 10, 2, None)
     assert rows[0].resumed_from == [4]
     assert rows[0].scheduler is None  # no job id recorded: the run's own status is what we have
     assert rows[0].logs["trainer"].endswith("runs/r-a/logs/trainer.log")
 
 
+def test_numbers_come_from_the_run_not_from_the_last_launch(tmp_path, capsys, monkeypatch):
+    """A no-op relaunch of a finished 300-rollout run with num_rollout=40 rewrote status.json; the
+    checkpoint and the metrics still say 300 rollouts, and status/compare say so."""
+    make_run(tmp_path, "r-300", [], "finished", 299, [0.2] * 300, target=300,
+             status_says={"num_rollout": 40, "last_checkpoint": 39})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["status", "r-300", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert (row["last_checkpoint"], row["rollouts"], row["target"]) == (299, 300, 300)
+    assert main(["status", "r-300"]) == 0
+    out = capsys.readouterr().out
+    assert "299/40" not in out and "/40" not in out and re.search(r"│\s+300\s+│", out), out
+    assert main(["compare", "r-300", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["rollouts"] == 300
+
+
+def test_metrics_written_twice_for_a_step_count_once(tmp_path):
+    """After a resume the redone rollouts are in metrics.jsonl twice: the last write wins."""
+    d = make_run(tmp_path, "r-dup", [], "finished", 7, [0.1 * i for i in range(8)], target=8)
+    with open(d / "metrics.jsonl", "a") as f:  # rollouts 6 and 7 redone after a resume from iter 5
+        for step, r in ((6, 0.66), (7, 0.77)):
+            f.write(json.dumps({"step_key": "rollout/step", "step": step, "metrics": {"rollout/raw_reward": r}}) + "\n")
+    latest, rewards = RunDir(d).last_metrics()
+    assert len(rewards) == 8 and rewards[-2:] == [0.66, 0.77] and latest["rollout/raw_reward"] == 0.77
+    row = fill(collect([str(d)]))[0]
+    assert (row.rollouts, row.reward) == (8, 0.77)
+
+
 def test_status_cli_table_json_and_run_ids(sweep, capsys, monkeypatch):
     root, sw = sweep
     monkeypatch.chdir(root)
+    monkeypatch.setenv("COLUMNS", "200")
     assert main(["status", str(sw)]) == 0
     out = capsys.readouterr().out
-    assert "r-a" in out and "r-b" in out and "algo.lr=0.001" in out and "0.500" in out
+    assert "r-a" in out and "r-b" in out and "algo.lr=0.001" in out and "0.500" in out and "2/10" in out
     assert main(["status", "r-b", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["run_id"] == "r-b" and rows[0]["varying"] == ["env.num_rollout=10", "algo.lr=0.002"]
     assert main(["status", str(root / "runs" / "r-a"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["run_id"] == "r-a"
-    assert main(["status", "no-such-run"]) == 2
-    assert "not a sweep directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["status", "no-such-run"])
+    assert exc.value.code == 2 and "not a sweep directory" in capsys.readouterr().err
+
+
+def test_status_without_targets_lists_every_run_under_the_runs_root(sweep, capsys, monkeypatch):
+    root, _ = sweep
+    make_run(root, "r-c", ["algo.lr=0.003"], "failed", 3, [0.3])
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["status", "--json"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == ["r-a", "r-b", "r-c"]
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "runs under runs" in out and all(rid in out for rid in ("r-a", "r-b", "r-c"))
+    monkeypatch.chdir(root / "multirun" / "s1")  # inside a sweep dir: that sweep
+    assert main(["status", "--json", "--runs-root", str(root / "runs")]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == ["r-a", "r-b"]
+    monkeypatch.chdir(root / "multirun")
+    assert main(["status"]) == 0
+    assert "no runs under runs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_status_table_fits_the_terminal(sweep, capsys, monkeypatch, columns):
+    root, sw = sweep
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["status", str(sw)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(ln) for ln in lines) <= columns, out
+    for value in ("r-a", "r-b", "finished", "running", "0.500", "0.250", "10", "2/10"):
+        assert value in out, (value, out)
+    assert "…" not in out
+    hidden = re.search(r"left out to fit \d+ columns: (.*); --wide shows all", " ".join(lines))
+    header = next(ln for ln in lines if "run_id" in ln)
+    left_out = hidden.group(1).split(", ") if hidden else []
+    for col in ("run_id", "run", "rollouts", "reward", "ckpt", "logs"):  # shown, or named as left out
+        assert re.search(rf"┃ {col}\s", header) or col in left_out, (col, out)
+    if columns == 80:
+        assert left_out == ["logs"]
+    assert main(["status", str(sw), "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "logs" in wide and "trainer.log" in wide and "left out" not in wide
 
 
 def test_cancel_dry_uses_job_ids_then_names(tmp_path, capsys, monkeypatch):
-    make_run(tmp_path, "r-j", ["algo.lr=1"], "running", 1, 0.1, job_id="4242")
-    make_run(tmp_path, "r-n", ["algo.lr=2"], "running", 1, 0.1)
+    make_run(tmp_path, "r-j", ["algo.lr=1"], "running", 1, [0.1], job_id="4242")
+    make_run(tmp_path, "r-n", ["algo.lr=2"], "running", 1, [0.1])
     monkeypatch.chdir(tmp_path)
     assert run_cancel(["r-j", "r-n"], dry=True) == 0
     err = capsys.readouterr().err

@@ -23,11 +23,18 @@ def main() -> Any:
     --config-dir), then run_app builds, checks and launches."""
     import hydra
 
+    from trainstack.hydra_errors import guard
     from trainstack.resolve import PRIMARY_CONFIG
 
     prepare_argv()
+    guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
+    app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
     try:
-        return hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)()
+        if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
+            from trainstack.completion import complete
+
+            return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
+        return app()
     except BrokenPipeError:  # `python run.py --help | head`: the reader left
         import os
 
@@ -51,8 +58,14 @@ def run_app(cfg: Any) -> Any:
     sweep = hc.mode == RunMode.MULTIRUN
     from trainstack.preflight import preflight
 
-    try:  # the trainer's own checks, before anything is written: a dry run answers like the launch
-        preflight(run, cmd, launching=not cfg.dry_run)
+    try:  # every check that can fail, before anything is written: a dry run answers like the launch
+        if cfg.dry_run and cfg.output:
+            from trainstack.outputs import output_problem
+
+            problem = output_problem(str(cfg.output), "output")
+            if problem:
+                raise ConfigErrors([problem])
+        report = preflight(run, cmd, launching=not cfg.dry_run)
     except ConfigErrors as err:
         report_and_exit(err)
     if cfg.dry_run:
@@ -61,7 +74,7 @@ def run_app(cfg: Any) -> Any:
         if sweep:
             display.print_sweep_line(run, cmd)
         else:
-            display.print_dry_run(run, cmd)
+            display.print_dry_run(run, cmd, report=report)
         if cfg.output:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         return

@@ -141,6 +141,8 @@ def read_tracker(save_dir: str) -> str | None:
     try:
         with open(os.path.join(save_dir, TRACKER), encoding="utf-8") as f:
             return f.read().strip()
+    except UnicodeDecodeError:  # garbage bytes: a tracker that names nothing
+        return "<not text>"
     except OSError:
         return None
 

@@ -11,10 +11,14 @@ from trainstack.errors import ConfigErrors, report_and_exit
 
 def cmd_render(ns: argparse.Namespace) -> int:
     """Compose + validate + render; print the argv as JSON for other tools."""
+    from trainstack.outputs import output_problem, write_text
     from trainstack.pipeline import build_from_overrides
 
+    bad_output = output_problem(ns.output, "--output") if ns.output is not None else None
     try:
         run, cmd = build_from_overrides(ns.overrides, ns.config_dir)
+        if bad_output:
+            raise ConfigErrors([bad_output])
     except ConfigErrors as err:
         report_and_exit(err)
     if ns.format == "shell":
@@ -24,8 +28,7 @@ def cmd_render(ns: argparse.Namespace) -> int:
     else:
         text = json.dumps({"run_id": run.run_id, "name": run.name, **cmd.to_json()}, indent=2, sort_keys=True) + "\n"
     if ns.output:
-        with open(ns.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_text(ns.output, text)
     else:
         sys.stdout.write(text)
     return 0
@@ -75,20 +78,14 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     """Exit 0 equal, 1 different, 2 bad input (like diff)."""
     from trainstack.diff import run_diff
 
-    try:
-        return run_diff(ns.a, ns.b, runs_root=ns.runs_root, config_dir=ns.config_dir,
-                        against_defaults=ns.against_defaults, as_json=ns.json)
-    except ConfigErrors as err:
-        report_and_exit(err)
+    return run_diff(ns.a, ns.b, runs_root=ns.runs_root, config_dir=ns.config_dir,
+                    against_defaults=ns.against_defaults, as_json=ns.json)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
     from trainstack.compare import run_compare
 
-    try:
-        return run_compare(ns)
-    except ConfigErrors as err:
-        report_and_exit(err)
+    return run_compare(ns)
 
 
 def add_diff_compare(sub) -> None:
@@ -119,6 +116,7 @@ def add_diff_compare(sub) -> None:
     p.add_argument("--plot", help="write a PNG of the chosen metrics against their step, one line per run")
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument("--json", action="store_true", help="print the table as JSON instead")
+    p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
     p.set_defaults(func=cmd_compare)
 # --- end diff / compare ----------------------------------------------------------------------
 
@@ -127,7 +125,7 @@ def add_diff_compare(sub) -> None:
 def cmd_status(ns: argparse.Namespace) -> int:
     from trainstack.status import run_status
 
-    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json)
+    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json, wide=ns.wide)
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:
@@ -137,10 +135,13 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
 
 
 def add_status_cancel(sub) -> None:
-    p = sub.add_parser("status", help="one table for a sweep or runs: scheduler state, checkpoint, reward, logs")
-    p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
+    p = sub.add_parser("status", help="one table for a sweep or runs: state, rollouts trained, reward, checkpoint, "
+                       "scheduler, logs (no target: every run under --runs-root)")
+    p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids (default: the "
+                   "sweep in this directory, else every run under --runs-root)")
     p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("cancel", help="scancel the SLURM jobs of a sweep or of runs")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
@@ -161,6 +162,9 @@ def cmd_exec(ns: argparse.Namespace) -> int:
         if run_dir is None:
             raise ConfigErrors([bad_target(ns.run, ns.runs_root)])
         spec = runspec.load(run_dir)
+        from trainstack.preflight import check_stored
+
+        check_stored(spec)  # what the submit host deferred to this one, before anything is written
         code = registry.get(spec.launcher).execute(spec)
     except ConfigErrors as err:
         report_and_exit(err)
@@ -219,9 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     try:
         return ns.func(ns)
+    except ConfigErrors as err:  # bad input or a corrupt run-dir file: one message, exit 2
+        report_and_exit(err, command=None if ns.command in ("render", "exec") else ns.command)
     except BrokenPipeError:  # `trainstack ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as ex:  # a file we were pointed at cannot be read or written (permissions, a full disk)
+        from trainstack.errors import ConfigError
+
+        report_and_exit(ConfigErrors([ConfigError(str(ex.filename or ns.command), ex.strerror or str(ex),
+                                                  "check the path and its permissions (and free space)")]),
+                        command=ns.command)
 
 
 if __name__ == "__main__":

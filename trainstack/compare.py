@@ -26,6 +26,9 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.metrics import RunMetrics, read_local, step_key_for, wandb_run_id
 
 DEFAULT_METRICS = ("rollout/raw_reward", "eval/*")
+DEST_LAYERS = ("model", "algo", "env", "args")  # precedence within one rank: later wins
+RUN_IDENTITY_DESTS = ("save", "load", "wandb_dir")  # differ by construction (the run's own directory)
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".webp", ".eps")
 LOWER_IS_BETTER = ("loss", "kl", "grad_norm", "clipfrac", "truncated", "time")
 IGNORED_KEYS = ("run_id",)  # differs by construction
 
@@ -38,17 +41,30 @@ class RunRecord:
     status: dict[str, Any] = field(default_factory=dict)
     group: str | None = None
     metrics: RunMetrics = field(default_factory=RunMetrics)
+    dests: dict[str, tuple[Any, str, bool]] = field(default_factory=dict)  # dest -> (value, namespace, command line?)
 
     @property
     def state(self) -> str:
         return str(self.status.get("state") or "unknown")
 
     def rollouts(self) -> int | None:
-        n = self.status.get("num_rollout")
-        if isinstance(n, int):
-            return n
-        steps = [s for name, pts in self.metrics.series.items() if step_key_for(name) == "rollout/step" for s, _ in pts]
+        """Rollouts trained: what the run did (its metrics, one value per step, and its latest complete
+        checkpoint), never the num_rollout a launch asked for."""
+        if self.run_dir is not None:
+            from trainstack.rundir.progress import progress
+
+            return progress(self.run_dir, self.metrics.series).rollouts
+        steps = [s for name, pts in self.metrics.series.items()
+                 if step_key_for(name) == "rollout/step" and not name.startswith("eval/") for s, _ in pts]
         return int(max(steps)) + 1 if steps else None
+
+    def flat(self) -> dict[str, Any]:
+        """The config as dotted keys, every slime dest once (under `@dest`) with the value it ran with,
+        whichever of model/algo/env/args said it."""
+        out = {k: v for k, v in flatten(self.config).items()
+               if k.split(".", 1)[0] not in DEST_LAYERS or k.split(".", 2)[1:2] == ["meta"]}
+        out.update({f"@{dest}": value for dest, (value, _, _) in self.dests.items()})
+        return out
 
 
 def lower_is_better(metric: str) -> bool:
@@ -62,11 +78,55 @@ def load_record(run_dir: Path) -> RunRecord:
     command = rd.read(layout.COMMAND) or {}
     argv = command.get("argv") or []
     group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
+    config = redact(config) if isinstance(config, dict) else {}
+    args = rd.read(layout.ARGS)
+    provenance = rd.read(layout.PROVENANCE) or {}
     return RunRecord(run_id=command.get("run_id") or config.get("run_id") or run_dir.name, run_dir=run_dir,
-                     config=redact(config), status=rd.read(layout.STATUS) or {}, group=group)
+                     config=config, status=rd.read(layout.STATUS) or {}, group=group,
+                     dests=dest_values(config, redact(args) if isinstance(args, dict) else None, provenance))
+
+
+def said_by(source: str, holders: list[str]) -> tuple[str, bool]:
+    """(namespace, on the command line?) of a dest's winning value, from its provenance: the
+    command-line key, the group file, else the last namespace of the config that holds it."""
+    import re
+
+    m = re.match(r"command line `\+*(model|algo|env|args)\.", source)
+    if m:
+        return m.group(1), True
+    m = re.match(r"conf/(model|algo|env)/", source)
+    if m:
+        return m.group(1), False
+    return (holders or ["args"])[-1], False
+
+
+def dest_values(config: dict, args: dict | None, provenance: Any) -> dict[str, tuple[Any, str, bool]]:
+    """dest -> (the value the run used, the namespace that set it, set on the command line). The value
+    is args.json's (what was rendered) when the run dir has it, else config.yaml's winning namespace."""
+    provenance = provenance if isinstance(provenance, dict) else {}
+    holders: dict[str, list[str]] = {}
+    for ns in DEST_LAYERS:
+        node = config.get(ns)
+        for dest in node if isinstance(node, dict) else ():
+            if dest != "meta":
+                holders.setdefault(str(dest), []).append(ns)
+    out: dict[str, tuple[Any, str, bool]] = {}
+    for dest in (args if args is not None else holders):
+        source = str(provenance.get(dest, ""))
+        if dest in RUN_IDENTITY_DESTS or source.startswith("trainstack: run identity"):
+            continue
+        ns, cli = said_by(source, holders.get(dest, []))
+        if args is not None:
+            value = args[dest]
+        else:
+            value = config[ns][dest] if ns in holders[dest] else config[holders[dest][-1]][dest]
+        out[str(dest)] = (value, ns, cli)
+    return out
 
 
 def collect(targets: list[str], group: str | None, runs_root: str | Path) -> list[RunRecord]:
+    from trainstack.rundir import check
+
     runs_root = Path(runs_root)
     refs = expand(targets, runs_root)
     missing = [r for r in refs if not r.run_dir.is_dir()]
@@ -74,10 +134,12 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
         raise ConfigErrors([ConfigError(r.run_id, f"its run directory is missing ({r.run_dir})",
                                         "was the run deleted? pass --runs-root if the runs live elsewhere")
                             for r in missing])
+    grouped = [runs_root / rid for rid in run_ids(runs_root)] if group else []
+    check.require_readable([r.run_dir for r in refs] + grouped)
     records = [load_record(r.run_dir) for r in refs]
     if group:
-        for rid in run_ids(runs_root):
-            rec = load_record(runs_root / rid)
+        for run_dir in grouped:
+            rec = load_record(run_dir)
             if group in (rec.config.get("name"), rec.group) and rec.run_id not in {r.run_id for r in records}:
                 records.append(rec)
     return records
@@ -85,7 +147,9 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
 
 # -- the table -----------------------------------------------------------------------------------
 def varying_keys(records: list[RunRecord]) -> list[str]:
-    flat = [flatten(r.config) for r in records]
+    """Config keys whose values differ across the runs; a slime dest is one key (named by the
+    namespace most runs set it in), whichever of model/algo/env/args each run set it under."""
+    flat = [r.flat() for r in records]
     keys = list(dict.fromkeys(k for f in flat for k in f))
     out = []
     for k in keys:
@@ -95,6 +159,19 @@ def varying_keys(records: list[RunRecord]) -> list[str]:
         if len(values) > 1:
             out.append(k)
     return out
+
+
+def column_name(key: str, records: list[RunRecord]) -> str:
+    """`@lr` -> `algo.lr`: the namespace the runs set it in on the command line (what the user typed to
+    vary it), else the one most runs set it in."""
+    if not key.startswith("@"):
+        return key
+    dest = key[1:]
+    said = [r.dests[dest] for r in records if dest in r.dests]
+    typed = [ns for _, ns, cli in said if cli] or [ns for _, ns, _ in said]
+    if not typed:
+        return f"args.{dest}"
+    return f"{max(dict.fromkeys(typed), key=typed.count)}.{dest}"
 
 
 def select_metrics(patterns: list[str] | None, records: list[RunRecord]) -> list[str]:
@@ -121,11 +198,13 @@ def _int(x: float) -> int | float:
 
 def build_table(records: list[RunRecord], metrics: list[str], sort: str | None = None,
                 desc: bool = False) -> dict[str, Any]:
-    keys = varying_keys(records)
+    raw_keys = varying_keys(records)
+    names = {k: column_name(k, records) for k in raw_keys}
+    keys = [names[k] for k in raw_keys]
     rows: list[dict[str, Any]] = []
     for r in records:
-        flat = flatten(r.config)
-        rows.append({"run_id": r.run_id, "config": {k: flat.get(k) for k in keys}, "status": r.state,
+        flat = r.flat()
+        rows.append({"run_id": r.run_id, "config": {names[k]: flat.get(k) for k in raw_keys}, "status": r.state,
                      "rollouts": r.rollouts(), "source": r.metrics.source,
                      "metrics": {m: summarise(r.metrics.series.get(m, []), m) for m in metrics}})
     if sort:
@@ -179,55 +258,92 @@ def flat_rows(table: dict[str, Any]) -> list[list[Any]]:
     return out
 
 
-def print_table(table: dict[str, Any], title: str, file=None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def table_columns(table: dict[str, Any]) -> list:
+    """Columns by priority: run id and the first metric's final value always; then the varying keys,
+    rollouts and status; then the other values."""
+    from trainstack.tables import Column
 
-    out = file or sys.stdout
-    console = Console(file=out, highlight=False, soft_wrap=False,
-                      width=None if getattr(out, "isatty", lambda: False)() else 240)
-    t = Table(title=title, title_justify="left")
-    for c in columns(table):
-        t.add_column(c, no_wrap=c == "run_id", justify="right" if c.endswith((" final", " best", "rollouts")) else "left")
-    for cells in flat_rows(table):
-        t.add_row(*map(_cell, cells))
-    console.print(t)
+    cols = [Column("run_id", 0, min_width=12)]
+    cols += [Column(k, 1, min_width=10) for k in table["varying_keys"]]
+    cols += [Column("status", 2, min_width=6), Column("rollouts", 2, numeric=True)]
+    for i, m in enumerate(table["metrics"]):
+        cols += [Column(f"{m} final", 0 if i == 0 else 3 + 2 * i, numeric=True),
+                 Column(f"{m} best", 3 + 2 * i + 1, numeric=True)]
+    return cols
+
+
+def print_table(table: dict[str, Any], title: str, file=None, wide: bool = False, width: int | None = None) -> None:
+    from trainstack.tables import print_table as show
+
+    show(table_columns(table), [list(map(_cell, cells)) for cells in flat_rows(table)], title=title,
+         file=file or sys.stdout, wide=wide, width=width)
 
 
 def write_csv(table: dict[str, Any], path: str) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    from trainstack.outputs import prepare
+
+    with open(prepare(path), "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(columns(table))
         for cells in flat_rows(table):
             w.writerow(["" if c is None else (json.dumps(c) if isinstance(c, (list, dict)) else c) for c in cells])
 
 
-def plot(records: list[RunRecord], metrics: list[str], out: str) -> dict[str, dict[str, tuple[list, list]]]:
-    """One panel per metric, one line per run; returns what was drawn: {metric: {run_id: (steps, values)}}."""
+def line_labels(records: list[RunRecord]) -> dict[str, str]:
+    """Each run's legend entry: its values of the keys that vary (`algo.lr=0.001`), else its run id."""
+    table = build_table(records, [])
+    labels = {}
+    for row in table["rows"]:
+        parts = [f"{k}={_cell(v)}" for k, v in row["config"].items()]
+        labels[row["run_id"]] = " ".join(parts) if parts and len(" ".join(parts)) <= 60 else (
+            " ".join(parts)[:57] + "..." if parts else row["run_id"])
+    if len(set(labels.values())) < len(labels):  # two runs with the same varying values: add the run id
+        labels = {rid: f"{lab} ({rid})" if lab != rid else rid for rid, lab in labels.items()}
+    return labels
+
+
+@dataclass
+class Panel:
+    """What one panel of the plot shows (returned so tests and --json can check it)."""
+
+    xlabel: str
+    ylabel: str
+    lines: dict[str, tuple[list, list]] = field(default_factory=dict)  # run_id -> (steps, values)
+    legend: dict[str, str] = field(default_factory=dict)  # run_id -> its legend entry
+
+
+def plot(records: list[RunRecord], metrics: list[str], out: str) -> dict[str, Panel]:
+    """One panel per metric (x: its step key, y: the metric), one line per run named by the keys that
+    vary; returns what was drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    drawn: dict[str, dict[str, tuple[list, list]]] = {}
+    from trainstack.outputs import prepare
+
+    labels = line_labels(records)
+    drawn: dict[str, Panel] = {}
     n = max(1, len(metrics))
-    fig, axes = plt.subplots(n, 1, figsize=(8, 3.2 * n), squeeze=False)
+    fig, axes = plt.subplots(n, 1, figsize=(8, 3.4 * n), squeeze=False)
     for ax, m in zip(axes[:, 0], metrics or ["(no metrics)"]):
-        drawn[m] = {}
+        panel = drawn[m] = Panel(xlabel=step_key_for(m), ylabel=m)
         for r in records:
             pts = r.metrics.series.get(m) or []
             if not pts:
                 continue
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=r.run_id)
-            drawn[m][r.run_id] = (xs, ys)
+            label = labels.get(r.run_id, r.run_id)
+            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=label)
+            panel.lines[r.run_id], panel.legend[r.run_id] = (xs, ys), label
         ax.set_title(m)
-        ax.set_xlabel(step_key_for(m))
+        ax.set_xlabel(panel.xlabel)
+        ax.set_ylabel(panel.ylabel)
         ax.grid(alpha=0.3)
-        if drawn[m]:
+        if panel.lines:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    fig.savefig(prepare(out), dpi=100)
     plt.close(fig)
     return drawn
 
@@ -260,12 +376,23 @@ def attach_metrics(records: list[RunRecord], source: str, project: str | None = 
     return records
 
 
+def output_errors(ns: Any) -> list[ConfigError]:
+    from trainstack.outputs import output_problem
+
+    found = [output_problem(ns.plot, "--plot", PLOT_SUFFIXES) if ns.plot is not None else None,
+             output_problem(ns.csv, "--csv") if ns.csv is not None else None]
+    return [e for e in found if e is not None]
+
+
 def run_compare(ns: Any, out=None) -> int:
     out = out or sys.stdout
     targets = list(ns.targets or [])
     if not targets and not ns.group:
         raise ConfigErrors([ConfigError("compare", "nothing to compare", "give a sweep dir (multirun/<sweep>), "
                                         "run ids / run dirs, or --group G")])
+    bad_outputs = output_errors(ns)
+    if bad_outputs:
+        raise ConfigErrors(bad_outputs)
     records = collect(targets, ns.group, ns.runs_root)
     records = attach_metrics(records, ns.source, getattr(ns, "project", None), getattr(ns, "entity", None),
                              ns.group, getattr(ns, "base_url", None))
@@ -279,12 +406,15 @@ def run_compare(ns: Any, out=None) -> int:
     if ns.csv:
         write_csv(table, ns.csv)
     if ns.plot:
-        table["plotted"] = {m: sorted(v) for m, v in plot(records, table["metrics"], ns.plot).items()}
+        panels = plot(records, table["metrics"], ns.plot)
+        table["plotted"] = {m: sorted(p.lines) for m, p in panels.items()}
+        table["plot"] = {m: {"x": p.xlabel, "y": p.ylabel, "legend": p.legend} for m, p in panels.items()}
     if ns.json:
         out.write(json.dumps(table, indent=2, default=str) + "\n")
     else:
         what = ", ".join(targets) if targets else f"group {ns.group}"
-        print_table(table, f"{len(records)} runs ({what}; metrics from {ns.source})", out)
+        print_table(table, f"{len(records)} runs ({what}; metrics from {ns.source})", out,
+                    wide=bool(getattr(ns, "wide", False)))
         if ns.plot:
             out.write(f"plot: {ns.plot}\n")
         if ns.csv:

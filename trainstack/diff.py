@@ -168,6 +168,9 @@ def load_spec(spec: str, runs_root: str | Path = "runs", config_dir: str | None 
     path = Path(text).expanduser()
     found = find_run(text, runs_root) if text else None
     if found is not None:
+        from trainstack.rundir.check import require_readable
+
+        require_readable([found])
         return load_run_dir(found, spec, conf)
     if text and path.is_dir():
         raise ConfigErrors([ConfigError(spec, f"{path} is a directory but not a run directory (none of "

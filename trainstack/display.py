@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 
 if TYPE_CHECKING:
+    from trainstack.preflight import Report
     from trainstack.runspec import RunSpec
 from trainstack.secrets import redact
 
@@ -50,8 +50,9 @@ def _rule(title: str, style: _Style, width: int = 100) -> str:
     return style(f"── {title} " + "─" * max(width - len(title) - 4, 0), "1")
 
 
-def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
-    """Everything a launch would do, nothing done: config tree, argv by group with sources, env, command."""
+def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Report | None" = None) -> None:
+    """Everything a launch would do, nothing done: config tree, argv by group with sources, env, what
+    the launch would do with the run dir, the checks deferred to a remote host, the command."""
     out = file or sys.stdout
     st = _Style(out)
     lines = [_rule(f"resolved config: {run.run_id}  (run dir {run.run_dir})", st)]
@@ -66,30 +67,24 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
     lines.append(_rule("runtime env", st))
     lines += [f"  {st(k, '32')}={v}" for k, v in sorted(cmd.redacted_env().items())]
     lines += [st("warning: ", "33") + w for w in run.warnings]
-    lines += [st("note: ", "33") + n for n in checkout_notes(run)]
-    from trainstack.http_env.sidecar import dry_run_notes  # the env server a launch will use, and /health
+    from trainstack.http_env.sidecar import dry_run_notes
 
-    lines += [st("note: ", "33") + n for n in dry_run_notes(run)]
+    env_notes = dry_run_notes(run)  # the env server a launch will use, and whether /health answers
+    if report is not None:
+        where = "this machine" if report.runs_here else f"a {run.cluster.launcher} host"
+        lines.append(_rule(f"launch (the trainer runs on {where})", st))
+        if report.plan:
+            lines.append(f"  run dir  {run.run_dir}: {report.plan}")
+        lines += [st("  note: ", "33") + n for n in [*report.notes, *env_notes]]
+        if report.deferred:
+            lines.append("  deferred to the host that runs it (checked by `trainstack exec` before the trainer starts):")
+            lines += [f"    - {d}" for d in report.deferred]
+    else:
+        lines += [st("note: ", "33") + n for n in env_notes]
     lines.append(_rule("command", st))
     lines.append(cmd.shell_line())  # one line, never wrapped: copy-pastable
     out.write("\n".join(lines) + "\n")
     out.flush()
-
-
-def checkout_notes(run: ResolvedRun) -> list[str]:
-    """Where slime.root resolved (relative roots are taken from the launch directory) and whether
-    the checkout is there: a dry run names what a launch on this machine would miss."""
-    if run.cluster.backend != "slime":
-        return []
-    entry = Path(run.slime.root) / run.entrypoint
-    notes = [f"slime.root resolves to {run.slime.root} (relative roots are taken from the directory you launch in)"]
-    if not entry.is_file():
-        notes.append(f"{entry} does not exist on this machine: a launch here would fail. fix: `git submodule update "
-                     "--init slime` in the trainstack checkout and launch from there, or set slime.root=/path/to/slime "
-                     "(the machine that runs the job needs it, not this one)")
-    if run.slime.megatron_root and not Path(run.slime.megatron_root).is_dir():
-        notes.append(f"slime.megatron_root {run.slime.megatron_root} does not exist on this machine")
-    return notes
 
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
@@ -98,10 +93,10 @@ def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
 
 
 def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
+    from trainstack.outputs import write_text
+
     data = {"run_id": run.run_id, "name": run.name, **cmd.to_json()}
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def print_summary(run: "RunSpec", code: int, file=None) -> None:

@@ -45,9 +45,12 @@ class ConfigErrors(Exception):
         self.errors = list(errors)
         super().__init__(self.render())
 
-    def render(self) -> str:
+    def render(self, command: str | None = None) -> str:
+        """`command`: a `trainstack` subcommand that launches nothing (status, compare, ...)."""
         n = len(self.errors)
-        head = f"trainstack: {n} problem{'s' if n != 1 else ''} in the run config; nothing was launched.\n"
+        what = f"{n} problem{'s' if n != 1 else ''}"
+        head = (f"trainstack {command}: {what}; nothing was written.\n" if command
+                else f"trainstack: {what} in the run config; nothing was launched.\n")
         return head + "\n\n".join(e.render() for e in self.errors)
 
 
@@ -55,6 +58,6 @@ def fail(key: str, problem: str, fix: str = "", **kw: Any) -> NoReturn:
     raise ConfigErrors([ConfigError(key, problem, fix, **kw)])
 
 
-def report_and_exit(err: ConfigErrors, stream=None) -> NoReturn:
-    print(err.render(), file=stream or sys.stderr)
+def report_and_exit(err: ConfigErrors, stream=None, command: str | None = None) -> NoReturn:
+    print(err.render(command), file=stream or sys.stderr)
     sys.exit(EXIT_BAD_INPUT)

@@ -150,7 +150,7 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         rundir.update_status(run_id=spec.run_id, state="finished", last_checkpoint=rp.checkpoint.latest_complete)
         print(f"trainstack: run {spec.run_id} is finished: its checkpoint at rollout {rp.checkpoint.latest_complete} "
               f"covers num_rollout={rp.num_rollout}. Nothing to train.\n  to continue it, raise the rollout count, "
-              f"e.g. env.num_rollout={max(rp.num_rollout or 0, rp.from_rollout) * 2} (same run_id, resumes from "
+              f"e.g. env.num_rollout={rp.suggested_num_rollout()} (same run_id, resumes from "
               f"{rp.from_rollout})", file=sys.stderr)
         return 0
     from trainstack.preflight import prepare_data

@@ -53,6 +53,10 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
     if head in GROUPS and not rest:  # group choice: model=qwen3-4B
         options = group_options(conf_dir, head)
         vals = _simple_values(value or "")
+        if value in ("null", "") and prefix != "~" and head != "experiment":
+            article = "an" if head[0] in "aeiou" else "a"
+            return token, ConfigError(head, f"every run needs {article} {head} preset; {head}={value or 'nothing'} removes it",
+                                      f"choose one: {', '.join(options)}", value=value, source=f"command line `{token}`")
         if prefix == "~" or vals is None or has_searchpath or value in ("null", ""):
             return token, None
         for v in vals:
@@ -134,7 +138,7 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
     if not errors:
         errors = syntax_errors(rewritten)
     if not errors:
-        errors = yaml_errors(conf_dir, rewritten)
+        errors = yaml_errors(dirs, rewritten)
     if errors:
         raise ConfigErrors(errors)
     out, pending = [], list(zip(overrides, rewritten))
@@ -163,19 +167,20 @@ def syntax_errors(overrides: list[str]) -> list[ConfigError]:
     return errors
 
 
-def _selected_files(conf_dir: Path, overrides: list[str]) -> list[Path]:
-    """config.yaml, the group options this command selects (or the defaults), and experiments' overrides."""
+def _selected_files(conf_dirs: list[Path], overrides: list[str]) -> list[Path]:
+    """config.yaml, the group options this command selects (or the defaults), and experiments' overrides,
+    in each config dir (the packaged conf/ first, then a --config-dir)."""
     import yaml
 
     from trainstack.resolve import PRIMARY_CONFIG
 
-    files = [conf_dir / f"{PRIMARY_CONFIG}.yaml"]
+    primary_file = conf_dirs[0] / f"{PRIMARY_CONFIG}.yaml"
     chosen: dict[str, list[str]] = {}
     try:
-        primary = yaml.load(files[0].read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        primary = yaml.load(primary_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except (OSError, yaml.YAMLError):
-        return files
-    for entry in primary.get("defaults", []):
+        return [primary_file]
+    for entry in primary.get("defaults", []) if isinstance(primary, dict) else []:
         if isinstance(entry, dict):
             for k, v in entry.items():
                 k = k.replace("optional ", "")
@@ -187,31 +192,23 @@ def _selected_files(conf_dir: Path, overrides: list[str]) -> list[Path]:
             vals = _simple_values(m.group("value"))
             if vals is not None:
                 chosen[m.group("key")] = vals
-    for exp in chosen.get("experiment", []):
-        files.append(conf_dir / "experiment" / f"{exp}.yaml")
-    for group, opts in chosen.items():
-        if group != "experiment":
-            files += [conf_dir / group / f"{o}.yaml" for o in opts if o != "null"]
-    return files
+    files = [primary_file]
+    for conf_dir in conf_dirs:
+        files += [conf_dir / group / f"{o}.yaml" for group, opts in chosen.items() for o in opts if o != "null"]
+    return [f for f in dict.fromkeys(files) if f.is_file()]
 
 
-def yaml_errors(conf_dir: str, overrides: list[str]) -> list[ConfigError]:
-    """A broken YAML file is one message naming the file and line, not a parser traceback."""
-    import yaml
+def yaml_errors(conf_dirs: str, overrides: list[str]) -> list[ConfigError]:
+    """A broken YAML file is one message naming the file and line, not a parser traceback; so is a key
+    written twice in one mapping and an anchor that contains itself (`conf_dirs`: os.pathsep-joined,
+    the packaged conf/ and a --config-dir)."""
+    from trainstack.hydra_errors import structure_errors
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster than the pure-Python parser
     errors = []
-    for path in _selected_files(Path(conf_dir), overrides):
+    for path in _selected_files([Path(d) for d in conf_dirs.split(os.pathsep)], overrides):
         try:
-            text = path.read_text()
-        except OSError:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
             continue
-        try:
-            yaml.load(text, Loader=loader)
-        except yaml.YAMLError as ex:
-            mark = getattr(ex, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-            problem = getattr(ex, "problem", None) or str(ex).splitlines()[0]
-            errors.append(ConfigError(where, f"invalid YAML: {problem}", "fix the syntax; quote values that start "
-                                      "with ${...} inside [ ] or { }, e.g. [name, \"${paths.data_root}/x.jsonl\"]"))
+        errors += structure_errors(path, text)
     return errors

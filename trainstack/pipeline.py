@@ -36,8 +36,9 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
         raise ConfigErrors([ConfigError("overrides", str(ex).splitlines()[0], "check the override syntax "
                                         "(key=value, group=option, +key=value)", value=" ".join(overrides))]) from None
     choices: dict[str, Any] = OmegaConf.to_container(cfg.hydra.runtime.choices)  # type: ignore[assignment]
+    task: list = OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)  # type: ignore[assignment]
     origin = Origin(choices={k: v for k, v in choices.items() if not str(k).startswith("hydra")},
-                    overrides=list(cfg.hydra.overrides.task))
+                    overrides=[str(o) for o in task])
     origin.conf_dir = CONF_DIR if conf_dir is None else type(CONF_DIR)(conf)
     with_hydra_removed = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     return with_hydra_removed, origin

@@ -152,7 +152,7 @@ def runtime_env(run: ResolvedRun) -> dict[str, str]:
     if run.args.get("use_wandb"):  # one W&B run per run_id, continued across restarts
         env["WANDB_RUN_ID"] = wandb_run_id(run.run_id)
         env["WANDB_RESUME"] = "allow"
-    env.update(run.runtime_env.env_vars)
+    env.update({k: str(v) for k, v in run.runtime_env.env_vars.items()})
     return env
 
 

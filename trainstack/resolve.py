@@ -97,9 +97,15 @@ class Origin:
 
     @classmethod
     def from_hydra(cls, hydra_node: Any, cwd: str | None = None) -> "Origin":
-        choices = dict(hydra_node.runtime.choices) if hydra_node.runtime.choices else {}
+        """Choices and overrides as written (an override's `${...}` is resolved, and reported, later)."""
+        from omegaconf import OmegaConf
+
+        def raw(node: Any) -> Any:
+            return OmegaConf.to_container(node, resolve=False) if node is not None else None
+
+        choices: dict[str, Any] = raw(hydra_node.runtime.choices) or {}
         return cls(choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
-                   overrides=list(hydra_node.overrides.task),
+                   overrides=[str(o) for o in raw(hydra_node.overrides.task) or []],
                    cwd=cwd or hydra_node.runtime.cwd or os.getcwd())
 
     def override_keys(self) -> dict[str, str]:
@@ -165,6 +171,13 @@ class ResolvedRun:
 
     def source(self, dest: str) -> str:
         return self.provenance.get(dest, "slime default")
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """Input paths and content fingerprints (the resume plan compares them; trainstack/identity.py)."""
+        from trainstack.identity import inputs_of
+
+        return inputs_of(self.args)
 
     def key(self, dest: str) -> str:
         """How the user addresses a dest: the namespace it was set in, else args."""
@@ -433,7 +446,7 @@ def plain_tree(cfg: Any) -> dict[str, Any]:
         tree: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     except OmegaConfBaseException as ex:
         key = getattr(ex, "full_key", "") or "config"
-        raise ConfigErrors([ConfigError(str(key), f"cannot resolve: {getattr(ex, 'msg', ex)}",
+        raise ConfigErrors([ConfigError(str(key), f"cannot resolve: {str(getattr(ex, 'msg', ex)).splitlines()[0]}",
                                         "fix the interpolation or set the value it points to")]) from None
     tree.pop("hydra", None)
     return tree
@@ -443,6 +456,13 @@ def typed_sections(tree: dict[str, Any], origin: Origin
                    ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, dict]]:
     """Root keys and scalars checked, typed sections built, dest namespaces split into layers and
     meta blocks (unknown dests refused with a did-you-mean)."""
+    stray = tree.get("experiment")
+    if isinstance(stray, dict) and stray:  # an experiment file without `# @package _global_`
+        exp = origin.choices.get("experiment")
+        raise ConfigErrors([ConfigError(
+            "experiment", f"conf/experiment/{exp}.yaml has no `# @package _global_` line, so its keys landed under "
+            f"experiment.* ({', '.join(sorted(map(str, stray))[:6])}) and would be silently ignored",
+            "make `# @package _global_` the first line of the file", value=exp)])
     table = at.load_table()
     errors: list[ConfigError] = []
     for key in tree:

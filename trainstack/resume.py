@@ -25,8 +25,10 @@ class PlannedRun(Protocol):
     run_dir: str
     args: dict[str, Any]
     resume: ResumeSpec
-    inputs: dict[str, Any]
     hub: HubSpec
+
+    @property
+    def inputs(self) -> dict[str, Any]: ...  # input paths + content fingerprints (trainstack/identity.py)
 
 FRESH, RESUME, FINISHED = "fresh", "resume", "finished"
 
@@ -40,6 +42,12 @@ class ResumePlan:
     changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
     source: str = "local"  # where the checkpoint is: local (the run dir) | hub (downloaded before the start)
     hub: Any = None  # trainstack.hub.restore.HubState when Hub sync is on: what the Hub holds of the run
+
+    def suggested_num_rollout(self) -> int:
+        """A num_rollout that continues this run: twice what it has trained (its last checkpoint, not
+        the count a relaunch asked for), so the hint never points below the checkpoint."""
+        done = (self.checkpoint.latest_complete + 1) if self.checkpoint.latest_complete is not None else 0
+        return max(2 * done, done + 1, 2 * (self.num_rollout or 0) if done < (self.num_rollout or 0) else 0)
 
     def describe(self) -> str:
         where = f" on the Hub ({self.hub.describe()})" if self.source == "hub" else ""

@@ -112,6 +112,10 @@ class RunSpec:
         if version < MIN_SPEC_VERSION:
             raise _unreadable(where, f"spec version {version} is older than this trainstack executes "
                               f"({MIN_SPEC_VERSION}..{SPEC_VERSION})", "relaunch the run from its config")
+        why = _shape_problem(data)
+        if why:
+            raise _unreadable(where, f"a field is missing or malformed ({why})",
+                              "restore the file from a copy, or relaunch the run from its config")
         try:
             fields = {f.name for f in dataclasses.fields(cls)}
             values = {k: v for k, v in data.items() if k in fields}
@@ -145,6 +149,43 @@ def load(run_dir: str | Path) -> RunSpec:
         raise _unreadable(str(path), f"it cannot be read ({ex})", "restore the file, or relaunch from the config") \
             from None
     return RunSpec.from_json(data, str(path))
+
+
+# Top-level fields and the JSON types they hold (nested settings are checked against their schema).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "name": (str,), "run_dir": (str,), "launcher": (str,), "command": (dict,), "args": (dict,),
+    "arg_sources": (dict,), "resume": (dict,), "cluster": (dict,), "data_prepare": (str, type(None)),
+    "data_root": (str,), "config": (dict,), "choices": (dict,), "overrides": (list,), "provenance": (dict,),
+    "extra": (dict,),
+}
+_COMMAND_TYPES: dict[str, tuple[type, ...]] = {"entrypoint": (list,), "groups": (dict,), "env": (dict,), "cwd": (str,),
+                                               "backend": (str,)}
+
+
+def _shape_problem(data: dict) -> str:
+    """The first field whose JSON type is not what this trainstack executes ("" when all are)."""
+    from trainstack.schema import to_typed
+
+    for key, kinds in _FIELD_TYPES.items():
+        if key in data and not isinstance(data[key], kinds):
+            return f"{key} is {type(data[key]).__name__}"
+    command = data.get("command") or {}
+    for key, kinds in _COMMAND_TYPES.items():
+        if key in command and not isinstance(command[key], kinds):
+            return f"command.{key} is {type(command[key]).__name__}"
+    if not all(isinstance(t, str) for t in command.get("entrypoint") or []) or not all(
+            isinstance(v, list) and all(isinstance(t, str) for t in v) for v in (command.get("groups") or {}).values()):
+        return "command.entrypoint and command.groups must hold strings"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in (command.get("env") or {}).items()):
+        return "command.env must map names to strings"
+    if not all(isinstance(o, str) for o in data.get("overrides") or []):
+        return "overrides must be strings"
+    for key, cls in (("resume", ResumeSpec), ("cluster", ClusterSpec)):
+        if isinstance(data.get(key), dict):
+            _, errors = to_typed(cls, data[key], f"{key}.", lambda _k: "")
+            if errors:
+                return f"{errors[0].key}: {errors[0].problem}"
+    return ""
 
 
 def _unreadable(where: str, problem: str, fix: str) -> ConfigErrors:

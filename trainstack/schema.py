@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import math
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from trainstack.backends import BACKENDS
 from trainstack.errors import ConfigError
@@ -79,8 +80,8 @@ class SlimeSpec:
 
 @dataclass
 class RuntimeEnvSpec:
-    env_vars: dict = field(default_factory=dict)
-    pythonpath: list = field(default_factory=list)
+    env_vars: dict[str, Optional[Union[str, int, float, bool]]] = field(default_factory=dict)  # scalars (null: unset)
+    pythonpath: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,7 +89,7 @@ class ResumeSpec:
     """What relaunching an existing run_id does (see docs/resume.md)."""
 
     mode: str = "auto"  # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none
-    allow_changes: list = field(default_factory=list)  # training-relevant dests allowed to differ on resume
+    allow_changes: list[str] = field(default_factory=list)  # training-relevant dests allowed to differ on resume
     lease_ttl_s: float = 120.0  # one writer per run: a dead holder's lease is taken over after this (>= 3 x (grace_s + 2))
     grace_s: float = 30.0  # after SIGINT/SIGTERM, time for a final checkpoint before the group is killed
 
@@ -163,7 +164,17 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is typing.Union:
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if type(None) not in typing.get_args(tp):
+            return " or ".join(_type_name(a) for a in inner)
         return _type_name(inner[0]) + " or null"
+    if origin in (list, dict):
+        args = typing.get_args(tp)
+        if origin is list and args:
+            return f"list of {_type_name(args[0])}"
+        if origin is dict and len(args) == 2:
+            return f"mapping of {_type_name(args[0])} to {_type_name(args[1])}"
+    if tp is float:
+        return "finite number"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -181,12 +192,19 @@ def check_value(tp: Any, value: Any) -> bool:
         return isinstance(value, bool)
     if tp is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is float:  # NaN and inf are no durations, sizes or rates
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if tp is str:
         return isinstance(value, str)
     if tp in (dict, list):
         return isinstance(value, tp)
+    if origin in (list, dict):  # list[str], dict[str, ...]: the elements too
+        if not isinstance(value, origin):
+            return False
+        args = typing.get_args(tp)
+        if origin is list:
+            return not args or all(check_value(args[0], v) for v in value)
+        return len(args) != 2 or all(check_value(args[0], k) and check_value(args[1], v) for k, v in value.items())
     return True
 
 

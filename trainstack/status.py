@@ -12,13 +12,12 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from trainstack.errors import ConfigErrors
 from trainstack.rundir import RunDir, layout
 from trainstack.rundir.targets import RunRef, expand
-
-REWARD = "rollout/raw_reward"
 
 
 @dataclass
@@ -31,9 +30,10 @@ class Row:
     scheduler: str | None = None  # PENDING/RUNNING/COMPLETED/... or None without SLURM info
     reason: str | None = None
     state: str | None = None  # status.json state
-    last_checkpoint: int | None = None
-    num_rollout: int | None = None
-    reward: float | None = None
+    last_checkpoint: int | None = None  # latest complete checkpoint in the run's checkpoint dir
+    rollouts: int | None = None  # rollouts trained (metrics deduplicated by step, or the checkpoint)
+    target: int | None = None  # num_rollout of the spec that last ran
+    reward: float | None = None  # rollout/raw_reward at the last rollout step
     restarts: int = 0
     resumed_from: list[int] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
@@ -57,8 +57,22 @@ def _run_row(ref: RunRef) -> Row:
 
 
 def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
-    """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets."""
-    return [_run_row(ref) for ref in expand(targets, runs_root)]
+    """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
+    for corrupt files in their run directories."""
+    from trainstack.rundir import check
+
+    refs = expand(targets, runs_root)
+    check.require_readable([r.run_dir for r in refs])
+    return [_run_row(ref) for ref in refs]
+
+
+def default_targets(runs_root: str) -> list[str]:
+    """`trainstack status` alone: the sweep in this directory, else every run under the runs root."""
+    if layout.is_sweep_dir("."):
+        return ["."]
+    from trainstack.rundir.targets import run_ids
+
+    return [str(Path(runs_root) / rid) for rid in run_ids(runs_root)]
 
 
 # ------------------------------------------------------------------------------------------
@@ -105,29 +119,23 @@ def scheduler_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
 
 
 def fill(rows: list[Row]) -> list[Row]:
-    """Scheduler state, run state, checkpoint, reward, restarts; and the overrides that vary."""
+    """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
+    overrides that vary."""
+    from trainstack.rundir.progress import progress
+
     states = scheduler_states(r.job_id for r in rows if r.job_id)
     for r in rows:
         rd = RunDir(r.run_dir)
         st = rd.status()
         r.state = st.get("state")
-        r.last_checkpoint = st.get("last_checkpoint")
-        r.num_rollout = st.get("num_rollout")
-        latest = st.get("last_metrics") or {}
-        if REWARD not in latest:
-            latest = rd.last_metrics()[0]
-        r.reward = latest.get(REWARD)
+        done = progress(rd.path)
+        r.last_checkpoint, r.rollouts, r.target, r.reward = done.last_checkpoint, done.rollouts, done.target, done.reward
         hub = st.get("hub") or {}
         r.hub_pushed, r.hub_commit, r.hub_pending = hub.get("last_pushed"), hub.get("commit"), hub.get("pending")
-        if r.state == "running" or r.last_checkpoint is None:
-            from trainstack.checkpoints import inspect
-
-            ck = inspect(str(rd.checkpoints))
-            if ck.latest_complete is not None:
-                r.last_checkpoint = ck.latest_complete
         events = rd.events()
-        r.resumed_from = [int(e["from_rollout"]) for e in events if e.get("event") == "resume" and e.get("from_rollout") is not None]
-        r.restarts = sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1 if events else 0
+        r.resumed_from = [int(e["from_rollout"]) for e in events
+                          if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
+        r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)
         if r.job_id and r.job_id in states:
             r.scheduler, r.reason = states[r.job_id]
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
@@ -144,47 +152,72 @@ def fill(rows: list[Row]) -> list[Row]:
     return rows
 
 
-def render(rows: list[Row], title: str | None = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
+    """Columns (by priority: what a glance needs first) and cells of the status table."""
+    from trainstack.rundir.progress import Progress
+    from trainstack.tables import Column
 
-    table = Table(title=title, show_lines=False)
-    for col in ("run_id", "varying overrides", "job", "scheduler", "run", "ckpt", "reward", "hub", "logs"):
-        table.add_column(col, overflow="fold")
+    any_job = any(r.job_id for r in rows)
+    any_hub = any(r.hub_pushed is not None or r.hub_pending is not None for r in rows)
+    cols = [Column("run_id", 0, min_width=12), Column("run", 0, min_width=8),
+            Column("rollouts", 1, numeric=True), Column("reward", 1, numeric=True),
+            Column("varying overrides", 2, min_width=14), Column("ckpt", 3, numeric=True)]
+    if any_hub:
+        cols.append(Column("hub", 3, min_width=12))
+    if any_job:
+        cols += [Column("scheduler", 2, min_width=9), Column("job", 4, numeric=True)]
+    cols.append(Column("logs", 5, min_width=12))
+    cells = []
     for r in rows:
-        sched = (r.scheduler or "-") + (f" ({r.reason})" if r.reason else "")
         run_state = (r.state or "-") + (f", resumed x{len(r.resumed_from)}" if r.resumed_from else "")
-        ckpt = "-" if r.last_checkpoint is None else (
-            f"{r.last_checkpoint}" + (f"/{r.num_rollout}" if r.num_rollout else ""))
-        reward = "-" if r.reward is None else f"{r.reward:.3f}"
-        logs = "\n".join(v for k, v in r.logs.items() if k in ("stdout", "trainer"))
-        hub = "-" if r.hub_pushed is None else f"{r.hub_pushed} @ {(r.hub_commit or '?')[:8]}"
-        if r.hub_pending is not None:
-            hub += f" ({r.hub_pending} pending)"
-        table.add_row(r.run_id, " ".join(r.varying) or "-", r.job_id or "-", sched, run_state, ckpt, reward, hub, logs)
-    Console(width=200).print(table)
+        rollouts = Progress(rollouts=r.rollouts, target=r.target).rollouts_text()
+        row = [r.run_id, run_state, rollouts, "-" if r.reward is None else f"{r.reward:.3f}",
+               " ".join(r.varying) or "-", "-" if r.last_checkpoint is None else str(r.last_checkpoint)]
+        if any_hub:
+            hub = "-" if r.hub_pushed is None else f"{r.hub_pushed} @ {(r.hub_commit or '?')[:8]}"
+            row.append(hub + (f" ({r.hub_pending} pending)" if r.hub_pending is not None else ""))
+        if any_job:
+            row += [(r.scheduler or "-") + (f" ({r.reason})" if r.reason else ""), r.job_id or "-"]
+        row.append("\n".join(v for k, v in r.logs.items() if k in ("stdout", "trainer")))
+        cells.append(row)
+    return cols, cells
 
 
-def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = False) -> int:
+def render(rows: list[Row], title: str | None = None, wide: bool = False, file=None) -> None:
+    from trainstack.tables import print_table
+
+    cols, cells = table_rows(rows)
+    print_table(cols, cells, title=title, file=file, wide=wide)
+
+
+def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = False, wide: bool = False) -> int:
+    from trainstack.errors import report_and_exit
+
+    chosen = list(targets) or default_targets(runs_root)
+    if not chosen:
+        print(f"trainstack status: no runs under {runs_root} (give a sweep dir, run ids, or --runs-root DIR)",
+              file=sys.stderr)
+        return 0
     try:
-        rows = fill(collect(targets or ["."], runs_root))
+        rows = fill(collect(chosen, runs_root))
     except ConfigErrors as ex:
-        print("trainstack status: " + "\n".join(e.render() for e in ex.errors), file=sys.stderr)
-        return 2
+        report_and_exit(ex, command="status")
     if as_json:
         print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
     else:
-        render(rows, title=", ".join(targets) if targets else None)
+        title = ", ".join(targets) if targets else (None if chosen == ["."] else f"runs under {runs_root}")
+        render(rows, title=title, wide=wide)
     return 0
 
 
 def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = False) -> int:
     """scancel by the job ids recorded in the manifest / run dirs; by job name (= run_id) otherwise."""
+    from trainstack.errors import report_and_exit
+
     try:
         rows = collect(targets, runs_root)
     except ConfigErrors as ex:
-        print("trainstack cancel: " + "\n".join(e.render() for e in ex.errors), file=sys.stderr)
-        return 2
+        report_and_exit(ex, command="cancel")
     ids = sorted({r.job_id for r in rows if r.job_id})
     names = sorted({r.run_id for r in rows if not r.job_id})
     argvs = ([["scancel", *ids]] if ids else []) + [["scancel", f"--name={n}"] for n in names]

@@ -30,30 +30,49 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
     from trainstack.resolve import Origin
 
     errors: list[ConfigError] = []
-    by_run_id: dict[str, list[list[str]]] = {}
+    built: list[tuple[str, list[str]]] = []
     for num, cfg in enumerate(configs):
         origin = Origin.from_hydra(cfg.hydra)
-        label = " ".join(o.lstrip("+") for o in origin.overrides) or "(no overrides)"
         try:
             run, cmd = build(cfg, origin)
             problem = sweep_launcher_problem(run.cluster.launcher, str(cfg.hydra.launcher.get("_target_", "")))
             if problem:
                 raise ConfigErrors([problem])
-            if not cfg.get("dry_run"):
-                preflight(run, cmd, launching=False)
+            preflight(run, cmd, launching=False)
         except ConfigErrors as err:
-            errors += [ConfigError(f"point {num} [{label}]: {e.key}", e.problem, e.fix, value=e.value,
-                                   source=e.source, related=e.related) for e in err.errors]
+            errors += point_errors(num, list(origin.overrides), err.errors)
             continue
-        by_run_id.setdefault(run.run_id, []).append(list(origin.overrides))
-    for run_id, points in by_run_id.items():
-        if len(points) > 1:
-            varying = sorted(k for k in _keys(points) if len({_value(p, k) for p in points}) > 1)
+        built.append((run.run_id, list(origin.overrides)))
+    return errors + shared_run_id_errors(built)
+
+
+def point_errors(num: int, overrides: list[str], errors: list[ConfigError]) -> list[ConfigError]:
+    """A point's errors, each naming the point (its number and overrides)."""
+    from trainstack.secrets import redact_override
+
+    label = " ".join(redact_override(o.lstrip("+")) for o in overrides) or "(no overrides)"
+    return [ConfigError(f"point {num} [{label}]: {e.key}", e.problem, e.fix, value=e.value, source=e.source,
+                        related=e.related) for e in errors]
+
+
+def shared_run_id_errors(points: Sequence[tuple[str, list[str]]], what: str = "run") -> list[ConfigError]:
+    """Points that would be one run (same run_id: same run dir, same SLURM job name) resume each
+    other; refuse them naming the swept keys that do not change what is trained."""
+    from trainstack.secrets import redact_override
+
+    by_run_id: dict[str, list[list[str]]] = {}
+    for run_id, overrides in points:
+        by_run_id.setdefault(run_id, []).append(overrides)
+    errors = []
+    for run_id, same in by_run_id.items():
+        if len(same) > 1:
+            varying = sorted(k for k in _keys(same) if len({_value(p, k) for p in same}) > 1)
             errors.append(ConfigError(
-                "sweep", f"{len(points)} points would be the same run {run_id} (they would resume each other): "
-                f"{', '.join(varying) or 'the swept keys'} do not change what is trained",
-                "sweep a key that changes training, or give each point its own run_id "
-                "(e.g. run_id='my-sweep-${hydra:job.num}')", value=run_id))
+                "sweep", f"{len(same)} points would be the same {what} {run_id} (they would resume each other): "
+                f"the swept {', '.join(varying) or 'keys'} leave{'s' if len(varying) == 1 else ''} what is trained "
+                "unchanged, so the run id is the same for each value", "sweep a key that changes training, or give each point its own run_id "
+                "(e.g. run_id='my-sweep-${hydra:job.num}')", value=run_id,
+                related={"points": [" ".join(redact_override(o.lstrip("+")) for o in p) for p in same]}))
     return errors
 
 

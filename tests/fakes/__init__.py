@@ -86,3 +86,57 @@ def write_sweep(root: Path, name: str, runs: list[tuple[Path, Any, list[str]]]) 
         {"run_id": run.run_id, "run_dir": str(d), "overrides": ov, "job_num": i, "job_id": str(i)}
         for i, (d, run, ov) in enumerate(runs)]}, indent=2))
     return sweep
+
+
+def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
+    """Make `cwd` look like the machine a GPU recipe runs on: the slime entrypoint and every input
+    path the run names (data files, checkpoint directories), as empty stand-ins. Returns what it made."""
+    import os
+
+    from trainstack.pipeline import build_from_overrides
+    from trainstack.host import HostFacts, _inputs, _plugins, slime_script
+
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        run, cmd = build_from_overrides(overrides)
+    finally:
+        os.chdir(old)
+    facts = HostFacts.from_run(run, cmd)
+    made = []
+    script = slime_script(facts)
+    if script is not None:
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text("raise SystemExit('a stand-in for slime/train.py')\n")
+        made.append(str(script))
+        for _dest, value in _plugins(facts):  # slime's own plugin modules (slime.rollout.sft_rollout, ...)
+            module, _, fn = value.rpartition(".")
+            if module.startswith("slime."):
+                mod = script.parent.joinpath(*module.split(".")).with_suffix(".py")
+                mod.parent.mkdir(parents=True, exist_ok=True)
+                mod.write_text(f"def {fn}(*args, **kwargs):\n    raise NotImplementedError\n")
+                made.append(str(mod))
+    for _dest, kind, path in _inputs(facts):
+        p = Path(path)
+        if kind == "directory":
+            p.mkdir(parents=True, exist_ok=True)
+        else:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text("{}\n")
+        made.append(str(p))
+    return made
+
+
+def write_checkpoint(save_dir: Path, rollout_id: int) -> None:
+    """A complete checkpoint of `rollout_id` in slime's layout with its manifest, the tracker naming it
+    (the one place tests spell the layout; trainstack.checkpoints decides what is complete)."""
+    from trainstack.checkpoints import TRACKER, Manifest, iter_name
+
+    d = Path(save_dir) / iter_name(rollout_id)
+    d.mkdir(parents=True, exist_ok=True)
+    rel = []
+    for name in ("model.pt", "meta.json"):
+        (d / name).write_text(json.dumps({"rollout_id": rollout_id}))
+        rel.append(f"{iter_name(rollout_id)}/{name}")
+    (d / "manifest.json").write_text(Manifest.of_files(str(save_dir), rollout_id, rel, "tests").to_json())
+    (Path(save_dir) / TRACKER).write_text(str(rollout_id))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from trainstack.backends import BACKENDS
+from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
 from trainstack.launch.slurm_job import Point, PointRunner
 from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
@@ -224,6 +225,23 @@ def write_manifest(sweep_dir: Path, points: Sequence[Point], jobs: Sequence, job
                            wait=bool(settings.get("wait")), submitit_folder=folder, submit_s=submit_s)
 
 
+def submit_host_problems(dry: bool = False, key: str = "cluster.launcher") -> list[ConfigError]:
+    """Submitting needs submitit (the slurm extra) and `sbatch` on PATH; a dry sweep only submitit
+    (it renders each job's #SBATCH header with it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("submitit") is None:
+        return [ConfigError(key, "SLURM support is not installed "
+                            "(the submitit package is missing)", "pip install 'trainstack[slurm]' (or make install)",
+                            value="slurm")]
+    if not dry and shutil.which("sbatch") is None:
+        return [ConfigError(key, "sbatch is not on PATH: this machine is not a SLURM submit host, so "
+                            "nothing can be submitted from it", "run this on a SLURM login node (scripts/slurm-local.sh "
+                            "up starts a one-node cluster here); to review a sweep without SLURM add "
+                            "hydra.launcher.dry=true; to run here use cluster.launcher=local", value="slurm")]
+    return []
+
+
 class SlurmLauncher(Launcher):
     """Submit one SLURM job per run; the job executes the stored spec (`trainstack exec`)."""
 
@@ -231,7 +249,13 @@ class SlurmLauncher(Launcher):
     waits = False
     sweep_launcher = "slurm"
 
+    def submit_host_problems(self, dry: bool = False) -> list[ConfigError]:
+        return submit_host_problems(dry)
+
     def submit(self, spec: RunSpec) -> int:
+        problems = submit_host_problems()
+        if problems:
+            raise ConfigErrors(problems)
         settings = settings_for(spec.cluster)
         store_pending(spec)
         point = make_point(spec, settings)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from trainstack.metrics import Series, finish
@@ -17,14 +18,18 @@ def read(run_dir: Path) -> Series:
     path = run_dir / METRICS
     if not path.is_file():
         return {}
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 rec = json.loads(line)
-            except ValueError:  # a line cut by a crash
+            except (ValueError, RecursionError):  # a line cut by a crash
+                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("metrics"), dict):
                 continue
             step = rec.get("step")
-            for k, v in (rec.get("metrics") or {}).items():
-                if isinstance(v, (int, float)) and step is not None:
-                    raw.setdefault(k, {})[float(step)] = float(v)
+            if isinstance(step, bool) or not isinstance(step, (int, float)) or not math.isfinite(step):
+                continue
+            for k, v in rec["metrics"].items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    raw.setdefault(str(k), {})[float(step)] = float(v)  # a step written again: the last write wins
     return finish(raw)

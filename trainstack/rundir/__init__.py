@@ -112,34 +112,39 @@ class RunDir:
             os.fsync(f.fileno())
 
     def events(self) -> list[dict]:
+        """events.jsonl's records (a line cut by a kill, or anything not a JSON object, is skipped)."""
         try:
-            lines = self.events_file.read_text().splitlines()
-        except OSError:
+            lines = self.events_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
             return []
-        return [json.loads(ln) for ln in lines if ln.strip()]
+        out = []
+        for ln in lines:
+            try:
+                rec = json.loads(ln)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
 
     def status(self) -> dict[str, Any]:
-        return read_json(self.status_file, {}) or {}
+        data = read_json(self.status_file, {})
+        return data if isinstance(data, dict) else {}
 
     def update_status(self, **fields: Any) -> dict[str, Any]:
         status = {**self.status(), **fields, "updated_at": now_iso()}
         atomic_write(self.status_file, json.dumps(status, indent=1, sort_keys=True, default=str) + "\n")
         return status
 
+    def metric_series(self) -> dict[str, list[tuple[float, float]]]:
+        """metrics.jsonl as {metric: [(step, value)]}, one value per step (the last written wins: a
+        resumed run redoes the rollouts after its checkpoint)."""
+        from trainstack.metrics import jsonl
+
+        return jsonl.read(self.path)
+
     def last_metrics(self) -> tuple[dict[str, float], list[float]]:
-        """(latest value per metric, rollout/raw_reward series) from metrics.jsonl."""
-        latest: dict[str, float] = {}
-        rewards: list[float] = []
-        try:
-            lines = self.metrics_file.read_text().splitlines()
-        except OSError:
-            return latest, rewards
-        for ln in lines:
-            try:
-                rec = json.loads(ln)
-            except ValueError:
-                continue  # a line cut by a kill
-            latest.update(rec.get("metrics", {}))
-            if "rollout/raw_reward" in rec.get("metrics", {}):
-                rewards.append(rec["metrics"]["rollout/raw_reward"])
-        return latest, rewards
+        """(value at the last step of each metric, rollout/raw_reward per rollout step), deduplicated by step."""
+        series = self.metric_series()
+        latest = {name: pts[-1][1] for name, pts in series.items() if pts}
+        return latest, [v for _, v in series.get("rollout/raw_reward", [])]

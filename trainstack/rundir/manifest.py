@@ -65,7 +65,12 @@ class SweepManifest:
 
 def read(sweep_dir: str | Path) -> SweepManifest | None:
     data = read_json(Path(sweep_dir) / layout.SWEEP_MANIFEST)
-    return SweepManifest.from_json(data) if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    try:
+        return SweepManifest.from_json({"sweep_dir": str(Path(sweep_dir).absolute()), **data})
+    except TypeError:  # fields of the wrong shape: rundir/check.py names them for the commands that read it
+        return None
 
 
 @contextmanager

@@ -54,7 +54,13 @@ def expand(targets: Sequence[str], runs_root: str | Path = "runs") -> list[RunRe
     """Runs of each target, in the order given, each once; ConfigErrors naming every bad target."""
     refs: list[RunRef] = []
     errors: list[ConfigError] = []
+    from trainstack.rundir.check import sweep_problem
+
     for t in targets:
+        broken = sweep_problem(t) if layout.is_sweep_dir(t) else None
+        if broken is not None:
+            errors.append(broken)
+            continue
         sweep = manifest.read(t) if layout.is_sweep_dir(t) else None
         if sweep is not None:
             for r in sweep.runs:

@@ -4,6 +4,9 @@ Each ``log(step_key, step, metrics)`` call is one logged step, e.g.
 ``log("train/step", 12, {"train/loss": ...})``. wandb and tensorboard are imported only
 when asked for. ``TRAINSTACK_METRICS_FILE`` gets one JSON line per call, written with a
 single O_APPEND write so a SIGKILL never leaves half a line in the middle of the file.
+
+A resumed run redoes the rollouts after its checkpoint: before appending, the lines of those
+rollouts (and of their train and eval steps) are dropped from the file, so it holds each step once.
 """
 from __future__ import annotations
 
@@ -21,15 +24,51 @@ def tensorboard_dir(args) -> str:
     return os.path.join("tensorboard_log", args.tb_project_name, exp)
 
 
+def first_steps(first_rollout: int, steps_per_rollout: int) -> dict[str, int]:
+    """The first step of each step key that a run starting at `first_rollout` logs (again)."""
+    return {"rollout/step": first_rollout, "eval/step": first_rollout,
+            "train/step": first_rollout * max(int(steps_per_rollout or 1), 1)}
+
+
+def drop_redone_steps(path: str, first: dict[str, int]) -> None:
+    """Keep only the lines of steps before `first` (per step key); a line cut by a kill goes too.
+    Written to a temp file and renamed over the old one, so a kill here loses nothing."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        return
+    kept = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        step, bound = rec.get("step"), first.get(str(rec.get("step_key")))
+        if bound is not None and isinstance(step, (int, float)) and step >= bound:
+            continue
+        kept.append(line + "\n")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 class Metrics:
-    def __init__(self, args):
+    def __init__(self, args, first_rollout: int = 0):
         self.args = args
-        self.wandb_run = None
-        self.tb = None
-        self.file_fd = None
+        self.wandb_run: Any = None
+        self.tb: Any = None
+        self.file_fd: int | None = None
         path = os.environ.get("TRAINSTACK_METRICS_FILE")
         if path:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            if first_rollout > 0:  # resumed: the steps redone from here are logged once, by this run
+                drop_redone_steps(path, first_steps(first_rollout, args.num_steps_per_rollout))
             self.file_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         if args.use_wandb:
             self._init_wandb()

@@ -273,7 +273,7 @@ def run(args, ignored: list[str]) -> int:
         server = TinySGLangServer(lambda: pol.model)
         args.sglang_router_ip, args.sglang_router_port = server.start()
     rollouts = Rollouts(args, lambda: pol.model, server)
-    metrics = Metrics(args)
+    metrics = Metrics(args, first_rollout=start)
     train_settings = RolloutSettings(args.rollout_max_response_len, args.rollout_temperature, args.rollout_top_p, False)
     eval_str = "-"
     stop = _StopRequest()

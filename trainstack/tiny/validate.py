@@ -171,5 +171,5 @@ def _is_release(path: str) -> bool:
     try:
         with open(os.path.join(path, TRACKER), encoding="utf-8") as f:
             return f.read().strip() == "release"
-    except OSError:
+    except (OSError, ValueError):  # unreadable, or not text: not a release checkpoint
         return False

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print("golden files out of date: " + ", ".join(stale) + " (run `make golden` and review the diff)",
               file=sys.stderr)
         return 1
+    print(f"golden files {'written' if ns.update else 'up to date'}: {len(experiments())} recipes in {GOLDEN_DIR}")
     return 0
 
 

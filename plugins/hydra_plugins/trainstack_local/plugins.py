@@ -59,11 +59,10 @@ class TrainstackLocalLauncher(BasicLauncher):
                 sweep_config.hydra.job.num = initial_job_idx + idx
             configs.append(sweep_config)
         dry = all(bool(c.get("dry_run")) for c in configs)
-        if not dry:  # every point is checked before the first one runs
-            errors = sweep_points.check_points(configs)
-            if errors:
-                sweep_points.remove_fresh_sweep_dir(str(self.config.hydra.sweep.dir))
-                report_and_exit(ConfigErrors(errors))
+        errors = sweep_points.check_points(configs)  # every point, before the first one runs (or prints)
+        if errors:
+            sweep_points.remove_fresh_sweep_dir(str(self.config.hydra.sweep.dir))
+            report_and_exit(ConfigErrors(errors))
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         runs: List[JobReturn] = []
         for sweep_config in configs:

@@ -91,28 +91,26 @@ class TrainstackSlurmLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from trainstack.errors import ConfigErrors, report_and_exit
         from trainstack.launch import slurm as ts
-        from trainstack.resume import plan
-        from trainstack.rundir import RunDir
+        from trainstack.preflight import preflight
         from trainstack.runspec import RunSpec
+        from trainstack.sweep_points import point_errors, remove_fresh_sweep_dir, shared_run_id_errors
 
         assert self.config is not None
         self._check_sweeper()
         self._check_fields()
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         folder = str(Path(str(self.params["submitit_folder"])).absolute())
         points, params, specs, errors = [], [], [], []
         settings: dict[str, Any] = {}
-        for idx, overrides in enumerate(job_overrides):
+        for idx, overrides in enumerate(job_overrides):  # every point checked before the first is submitted
             try:
                 run, cmd = self._build(overrides)
-                spec = RunSpec.from_run(run, cmd)
-                if not self.params.get("dry"):
-                    plan(spec, RunDir(spec.run_dir))  # what the job's resume check would refuse
+                preflight(run, cmd, launching=False, submitted_by="slurm")  # resume plan, run dir, deferred checks
             except ConfigErrors as err:
-                errors.extend(err.errors if hasattr(err, "errors") else [err])
+                errors += point_errors(initial_job_idx + idx, list(filter_overrides(overrides)), err.errors)
                 continue
+            spec = RunSpec.from_run(run, cmd)
             settings = self._settings(run.cluster)
             partial = dict(run.cluster.__dict__)
             for key in ("partition", "account"):  # launcher fields as fallbacks of the cluster's
@@ -129,10 +127,17 @@ class TrainstackSlurmLauncher(Launcher):
             points.append(ts.make_point(spec, settings))
             params.append(ts.executor_params(cluster, run.run_id, settings, passthrough=self._passthrough()))
             log.info(f"\t#{initial_job_idx + idx} : {run.run_id} : {' '.join(filter_overrides(overrides))}")
+        # one job name per run: two points with one run id would share a run dir and a singleton job name
+        errors += shared_run_id_errors([(p.run_id, list(p.overrides)) for p in points], what="run and SLURM job")
+        dry = bool(self.params.get("dry") or settings.get("dry"))
+        if not errors:
+            errors += ts.submit_host_problems(dry=dry, key="hydra/launcher")
         if errors:
+            remove_fresh_sweep_dir(str(sweep_dir))
             report_and_exit(ConfigErrors(errors))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
         t_built = time.perf_counter()
-        if settings.get("dry"):
+        if dry:
             return self._dry(sweep_dir, points, params, job_overrides, initial_job_idx, folder, t_built - t0)
         for spec in specs:  # every point valid: store what each job will execute
             ts.store_pending(spec)

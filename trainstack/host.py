@@ -1,0 +1,279 @@
+"""The machine that runs the trainer: what it must have before anything is written or started.
+
+The slime checkout the command names, its input paths (data files, checkpoint directories) of the
+right kind, its plugin modules (`pkg.module.fn`), and a writable run directory with room for one
+checkpoint. `HostFacts` carries what these checks read, from a resolved run (the submit host) or a
+stored spec (`trainstack exec` on the host that executes it). Used by `trainstack/preflight.py`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from trainstack.errors import ConfigError
+from trainstack.plugin_paths import locate
+from trainstack.render import SlimeCommand
+from trainstack.resolve import ResolvedRun
+
+# Data paths an env's `meta.prepare` hook writes at launch (under data_root).
+PREPARED_DATA_DESTS = ("prompt_data", "eval_prompt_data", "hf_checkpoint")  # hf_checkpoint: a tokenizer dir (cpu-agentic)
+# Inputs the trainer reads, by the kind of filesystem object they must be.
+INPUT_FILES = ("prompt_data", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config")
+INPUT_DIRS = ("hf_checkpoint", "ref_load", "critic_load", "opd_teacher_load")
+INPUT_ANY = ("tokenizer_model",)
+# slime dests that name a Python object (`pkg.module.attr`) slime imports; files are not plugins.
+NOT_PLUGINS = frozenset({"custom_config_path", "megatron_config_path"})
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
+
+# Bytes one checkpoint takes per parameter: weights (bf16 for slime, fp32 for the tiny model)
+# plus, unless --no-save-optim, fp32 master weights and Adam's two moments.
+WEIGHT_BYTES = {"slime": 2, "tiny": 4}
+OPTIMIZER_BYTES = {"slime": 12, "tiny": 8}
+
+
+@dataclass
+class HostFacts:
+    """What the host checks read, from a resolved run (submit host) or a stored spec (exec)."""
+
+    run_id: str
+    run_dir: str
+    backend: str
+    launcher: str
+    ray_address: str | None
+    args: dict[str, Any]
+    command: SlimeCommand
+    params: int | None  # model parameters (model meta), for the checkpoint size
+    key_of: Callable[[str], str] = lambda dest: f"args.{dest}"
+    source_of: Callable[[str], str] = lambda dest: ""
+    prepared_root: str | None = None  # an env data hook writes its files under here at launch
+
+    def made_by_hook(self, path: str) -> bool:
+        """A data file the env's `meta.prepare` hook will write (under data_root) before the trainer starts."""
+        if not self.prepared_root:
+            return False
+        try:
+            Path(path).resolve().relative_to(Path(self.prepared_root).resolve())
+        except ValueError:
+            return False
+        return True
+
+    @classmethod
+    def from_run(cls, run: ResolvedRun, cmd: SlimeCommand) -> "HostFacts":
+        return cls(run_id=run.run_id, run_dir=run.run_dir, backend=run.cluster.backend,
+                   launcher=run.cluster.launcher, ray_address=run.cluster.ray_address, args=run.args, command=cmd,
+                   params=_int_or_none((run.meta.get("model") or {}).get("params")), key_of=run.key,
+                   source_of=run.source)
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> "HostFacts":
+        model = (spec.config.get("model") or {}) if isinstance(spec.config, dict) else {}
+        return cls(run_id=spec.run_id, run_dir=spec.run_dir, backend=spec.cluster.backend,
+                   launcher=spec.cluster.launcher, ray_address=spec.cluster.ray_address, args=dict(spec.args),
+                   command=spec.slime_command(), params=_int_or_none((model.get("meta") or {}).get("params")),
+                   source_of=lambda dest: spec.arg_sources.get(dest, ""))
+
+    @property
+    def runs_here(self) -> bool:
+        """Does the trainer run on this machine (so its inputs must be here)?"""
+        if self.launcher == "local":
+            return True
+        if self.launcher == "ray_job":
+            return (urlparse(self.ray_address or "http://127.0.0.1:8265").hostname or "") in LOOPBACK
+        return False
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list[ConfigError]:
+    """Checks about the machine the trainer runs on: slime checkout, inputs, plugins, runs_root."""
+    errors: list[ConfigError] = []
+    if only is None:
+        errors += slime_checkout_problems(facts)
+    errors += input_path_problems(facts, only=only)
+    if only is None:
+        errors += plugin_problems(facts)
+        errors += runs_root_problems(facts, free_space=True)
+    return errors
+
+
+def slime_script(facts: HostFacts) -> Path | None:
+    """The slime entrypoint a launch would start (`python3 <slime.root>/train.py`)."""
+    if facts.backend != "slime":
+        return None
+    entry = facts.command.entrypoint
+    return Path(entry[1]) if len(entry) > 1 else None
+
+
+def slime_checkout_problems(facts: HostFacts) -> list[ConfigError]:
+    script = slime_script(facts)
+    if script is None or script.is_file():
+        return []
+    return [ConfigError("slime.root", f"the slime checkout this run uses has no {script.name}: {script} does not "
+                        "exist on this machine, which is where the trainer would run",
+                        "`git submodule update --init slime` in the trainstack checkout, or set "
+                        "slime.root=/path/to/slime (or SLIME_ROOT); to only inspect the command use "
+                        "`trainstack render ...`", value=str(script.parent))]
+
+
+def checkout_notes(facts: HostFacts) -> list[str]:
+    """The slime checkout a run will use, and whether this machine has it."""
+    script = slime_script(facts)
+    if script is None:
+        return []
+    here = "present on this machine" if script.is_file() else "NOT present on this machine"
+    where = "" if facts.runs_here else f" (the {facts.launcher} host needs it, not this one)"
+    return [f"slime checkout: {script.parent} ({script.name} {here}){where}; relative slime.root values are taken "
+            "from the directory you launch in"]
+
+
+def deferred_checks(facts: HostFacts) -> list[str]:
+    """What the remote host checks before the trainer starts (`trainstack exec`)."""
+    out = []
+    script = slime_script(facts)
+    if script is not None:
+        out.append(f"slime checkout {script.parent} has {script.name}")
+    for dest, kind, path in _inputs(facts):
+        out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
+    for dest, value in _plugins(facts):
+        out.append(f"{facts.key_of(dest)}: {value} can be imported")
+    out.append(f"{facts.run_dir} is writable with room for one checkpoint")
+    return out
+
+
+def _inputs(facts: HostFacts) -> list[tuple[str, str, str]]:
+    """(dest, "file" | "directory" | "file or directory", path) of every input path the args name."""
+    out: list[tuple[str, str, str]] = []
+    for dests, kind in ((INPUT_FILES, "file"), (INPUT_DIRS, "directory"), (INPUT_ANY, "file or directory")):
+        for dest in dests:
+            v = facts.args.get(dest)
+            if facts.source_of(dest).startswith("trainstack"):  # a file the launch writes (an HTTP env's settings)
+                continue
+            if isinstance(v, str) and v and "://" not in v:
+                out.append((dest, kind, v))
+    evals = facts.args.get("eval_prompt_data")
+    if isinstance(evals, list):
+        paths = evals if len(evals) == 1 else evals[1::2]
+        out += [("eval_prompt_data", "file", p) for p in paths if isinstance(p, str) and "://" not in p]
+    return out
+
+
+def input_path_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list[ConfigError]:
+    errors = []
+    for dest, kind, path in _inputs(facts):
+        if only is not None and dest not in only:
+            continue
+        p = Path(path)
+        if not p.exists() and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path):
+            continue
+        if kind == "file" and p.is_file() or kind == "directory" and p.is_dir() or kind.startswith("file or") \
+                and p.exists():
+            continue
+        what = "does not exist" if not p.exists() else f"is a {'directory' if p.is_dir() else 'file'}, not a {kind}"
+        errors.append(ConfigError(facts.key_of(dest), f"{path} {what} on this machine (the trainer reads it here)",
+                                  f"point {facts.key_of(dest)} at an existing {kind}, or create it",
+                                  value=path, source=facts.source_of(dest)))
+    return errors
+
+
+def _plugins(facts: HostFacts) -> list[tuple[str, str]]:
+    from trainstack.argtable import load_table
+
+    table = load_table()
+    out = []
+    for dest, value in facts.args.items():
+        spec = table.get(dest)
+        if spec is None or spec.source != "slime" or not dest.endswith("_path") or dest in NOT_PLUGINS:
+            continue
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, str) and v:
+                out.append((dest, v))
+    return out
+
+
+def plugin_problems(facts: HostFacts) -> list[ConfigError]:
+    """Plugin paths that cannot be found (module file and top-level name), without importing them:
+    importing a user's module may start work, and slime's modules need GPUs."""
+    errors = []
+    script = slime_script(facts)
+    roots = search_path(facts)
+    for dest, value in _plugins(facts):
+        if value.startswith("slime.") and script is not None and not script.is_file():
+            continue  # the missing checkout is reported once
+        why = locate(value, roots)
+        if why:
+            errors.append(ConfigError(facts.key_of(dest), f"cannot import {value!r}: {why}",
+                                      "write it as package.module.function, with the module on the trainer's "
+                                      "PYTHONPATH (runtime_env.pythonpath=[DIR] adds a directory)",
+                                      value=value, source=facts.source_of(dest)))
+    return errors
+
+
+def checkpoint_bytes(facts: HostFacts) -> int | None:
+    """How much one checkpoint of this run takes (None: model size unknown)."""
+    if facts.params is None:
+        return None
+    per_param = WEIGHT_BYTES.get(facts.backend, 2)
+    if not facts.args.get("no_save_optim"):
+        per_param += OPTIMIZER_BYTES.get(facts.backend, 12)
+    return facts.params * per_param
+
+
+def _existing_ancestor(path: Path) -> Path:
+    p = path
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigError]:
+    """The run directory can be created and written, with room for one checkpoint."""
+    run_dir = Path(facts.run_dir)
+    runs_root = run_dir.parent
+    base = _existing_ancestor(run_dir)
+    key = "paths.runs_root"
+    if not base.is_dir():
+        return [ConfigError(key, f"{base} is a file, so {run_dir} cannot be created", "set paths.runs_root to a "
+                            "directory (or a path where one can be created)", value=str(runs_root))]
+    if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
+        return [ConfigError(key, f"{base} is not writable, so {run_dir} cannot be created",
+                            "set paths.runs_root to a writable directory", value=str(runs_root))]
+    need = checkpoint_bytes(facts)
+    if free_space and need is not None:
+        free = shutil.disk_usage(base).free
+        if free < need:
+            return [ConfigError(key, f"{base} has {_size(free)} free; one checkpoint of this model takes about "
+                                f"{_size(need)}", "free space there, or set paths.runs_root to a larger disk"
+                                + ("" if facts.args.get("no_save_optim") else " (args.no_save_optim=true halves it "
+                                   "and more: no optimizer state)"), value=str(runs_root))]
+    return []
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def search_path(facts: HostFacts) -> list[str]:
+    """Where the trainer's Python looks for modules: its PYTHONPATH, its working directory (or the
+    script's directory), then this interpreter's own path."""
+    env_path = [p for p in facts.command.env.get("PYTHONPATH", "").split(":") if p]
+    script = slime_script(facts)
+    first = [str(script.parent)] if script is not None else [facts.command.cwd]
+    return [*first, *env_path, *[p for p in sys.path if p]]

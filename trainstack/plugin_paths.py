@@ -1,0 +1,63 @@
+"""Is `pkg.module.attr` importable by the trainer, found without importing it? Importing a user's
+module may start work (a reward server, a GPU context), and slime's modules need GPUs; so the
+module file is looked up on the trainer's search path and its top level is read for the name."""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+
+def locate(dotted: str, roots: list[str]) -> str:
+    """Why `pkg.module.attr` cannot be imported ("" when its module file defines `attr`)."""
+    module, _, attr = dotted.rpartition(".")
+    if not module or not attr or not all(part.isidentifier() for part in dotted.split(".")):
+        return "not a dotted path package.module.name"
+    if module in sys.builtin_module_names:
+        return ""
+    parts = module.split(".")
+    for root in roots:
+        base = Path(root, *parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return "" if _defines(candidate, attr) else f"{candidate} defines no {attr!r}"
+        if base.is_dir() and ((base / f"{attr}.py").is_file() or (base / attr / "__init__.py").is_file()):
+            return ""  # a namespace package holding a submodule named attr
+        for ext in _extension_suffixes():
+            if base.with_name(base.name + ext).is_file():
+                return ""  # compiled: cannot look inside
+    return f"no module {module!r} on the trainer's PYTHONPATH"
+
+
+def _extension_suffixes() -> list[str]:
+    import importlib.machinery
+
+    return list(importlib.machinery.EXTENSION_SUFFIXES)
+
+
+def _defines(path: Path, name: str) -> bool:
+    """Does a module define `name` at top level (def, class, assignment, import; or export it
+    dynamically with __getattr__ or a star import, which we then trust)?"""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return True  # the trainer's import will report it; we cannot tell
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in (name, "__getattr__"):
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id == name:
+                        return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*" or (alias.asname or alias.name.split(".")[0]) == name:
+                    return True
+        if isinstance(node, (ast.If, ast.Try)):  # conditional definitions: trust them
+            if any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name for n in ast.walk(node)):
+                return True
+            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(node)):
+                return True
+    return False

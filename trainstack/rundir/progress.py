@@ -1,0 +1,75 @@
+"""What a run has done, from what it left behind, never from what the last launch asked for.
+
+`status.json` records the last launch: a no-op relaunch of a finished run with a smaller
+`num_rollout` rewrites its `num_rollout`, and `metrics.jsonl` repeats the rollouts redone after a
+resume. So the numbers status and compare show come from the run's own traces: the latest complete
+checkpoint (the tracker, checked), the rollouts trained (distinct rollout steps logged, the last
+write of a step winning; else the checkpoint), and the target of the spec that last ran.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainstack.rundir import RunDir, layout, read_json
+
+REWARD = "rollout/raw_reward"
+
+
+@dataclass
+class Progress:
+    last_checkpoint: int | None = None  # latest complete checkpoint (rollout id)
+    rollouts: int | None = None  # rollouts trained: distinct rollout steps logged, else last_checkpoint + 1
+    target: int | None = None  # num_rollout of the spec that last ran
+    reward: float | None = None  # rollout/raw_reward at the last rollout step
+    rewards: list[float] = field(default_factory=list)  # rollout/raw_reward per rollout step, deduplicated
+
+    @property
+    def done(self) -> bool:
+        return self.rollouts is not None and self.target is not None and self.rollouts >= self.target
+
+    def rollouts_text(self) -> str:
+        """`300` when the target is reached (or unknown), `120/300` while on the way."""
+        if self.rollouts is None:
+            return "-" if self.target is None else f"0/{self.target}"
+        return f"{self.rollouts}/{self.target}" if self.target and self.target > self.rollouts else str(self.rollouts)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def target_of(run_dir: Path) -> int | None:
+    """num_rollout of the spec that last ran (spec.json, else args.json; a spec a SLURM relaunch stored
+    without training counts too: compare it with `rollouts`)."""
+    for name in (layout.SPEC, layout.ARGS):
+        data = read_json(run_dir / name)
+        if isinstance(data, dict):
+            args = data.get("args") if name == layout.SPEC else data
+            if isinstance(args, dict) and _int(args.get("num_rollout")) is not None:
+                return _int(args["num_rollout"])
+    return None
+
+
+def progress(run_dir: str | Path, series: dict[str, list[tuple[float, float]]] | None = None) -> Progress:
+    """A run's progress; `series`: metrics already read (compare's source), else metrics.jsonl."""
+    from trainstack.checkpoints import inspect
+    from trainstack.metrics import step_key_for
+
+    rd = RunDir(run_dir)
+    save = None
+    spec = read_json(rd.spec_file)
+    if isinstance(spec, dict) and isinstance(spec.get("args"), dict) and isinstance(spec["args"].get("save"), str):
+        save = spec["args"]["save"]
+    state = inspect(save or str(rd.checkpoints))
+    if series is None:
+        series = rd.metric_series()
+    steps = {s for name, pts in series.items() if step_key_for(name) == "rollout/step" and not name.startswith("eval/")
+             for s, _ in pts}
+    rollouts = int(max(steps)) + 1 if steps else None
+    if state.latest_complete is not None:
+        rollouts = max(rollouts or 0, state.latest_complete + 1)
+    rewards = [v for _, v in series.get(REWARD, [])]
+    return Progress(last_checkpoint=state.latest_complete, rollouts=rollouts, target=target_of(rd.path),
+                    reward=rewards[-1] if rewards else None, rewards=rewards)

@@ -1,0 +1,123 @@
+"""Tables that fit the terminal: numbers are never cut, long text folds, and when the columns still
+do not fit, the least important ones are left out (and named under the table; `--wide` shows all).
+
+Used by `trainstack status` and `trainstack compare`. The width is the terminal's (`COLUMNS` when
+set, 80 in a pipe without it); `wide` lays the table out at its natural width instead.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+BORDER = 3  # rich's "│ " + " " per column (+1 for the closing border)
+
+
+@dataclass
+class Column:
+    name: str
+    priority: int = 0  # 0: always shown; higher numbers are left out first when the table is too wide
+    numeric: bool = False  # right-aligned, never cut (its width is its widest value)
+    min_width: int = 8  # the narrowest a text column folds to
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size(fallback=(80, 24)).columns
+
+
+def _natural(col: Column, cells: Sequence[str]) -> int:
+    return max([len(col.name), *(max((len(p) for p in c.splitlines()), default=0) for c in cells)])
+
+
+def _header_min(name: str) -> int:
+    return max((len(w) for w in name.replace("/", "/ ").split()), default=1)
+
+
+WORD_CAP = 20  # a longer word (a path) folds rather than widen its column
+
+
+def _min(col: Column, cells: Sequence[str]) -> int:
+    values = max((len(c) for c in cells), default=0)
+    if col.numeric:
+        return max(values, min(_header_min(col.name), 12), 1)
+    word = max((len(w) for c in cells for w in c.split()), default=0)
+    return min(_natural(col, cells), max(col.min_width, min(_header_min(col.name), 12), min(word, WORD_CAP)))
+
+
+def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> dict[int, int]:
+    """{column index: width} of the columns shown at `width`: every column at its natural width when
+    that fits; else text columns shrink (folding) towards their minimum, and while even the minimums
+    do not fit, the highest-priority-number column (the last among equals) is left out."""
+    cells = [[r[i] for r in rows] for i in range(len(columns))]
+    natural = [_natural(c, cells[i]) for i, c in enumerate(columns)]
+    least = [min(_min(c, cells[i]), natural[i]) for i, c in enumerate(columns)]
+    shown = list(range(len(columns)))
+
+    def overhead(idx: list[int]) -> int:
+        return BORDER * len(idx) + 1
+
+    while sum(least[i] for i in shown) + overhead(shown) > width:
+        droppable = [i for i in shown if columns[i].priority > 0]
+        if not droppable:
+            break
+        shown.remove(max(droppable, key=lambda i: (columns[i].priority, i)))
+    room = width - overhead(shown)
+    widths = {i: natural[i] for i in shown}
+    excess = sum(widths.values()) - room
+    shrinkable = [i for i in shown if natural[i] > least[i]]
+    while excess > 0 and shrinkable:  # fold numeric headers first, then the widest text, a character at a time
+        i = max(shrinkable, key=lambda j: (columns[j].numeric, widths[j] - least[j], widths[j]))
+        widths[i] -= 1
+        excess -= 1
+        if widths[i] <= least[i]:
+            shrinkable.remove(i)
+    return widths
+
+
+def wrap_header(name: str, width: int) -> str:
+    """A header over several lines, broken after '/' and at spaces, each line at most `width`."""
+    import re
+
+    tokens = [t for t in re.split(r"(?<=/)|(?= )", name) if t]
+    lines: list[str] = []
+    for tok in tokens:
+        if lines and len(lines[-1] + tok) <= width:
+            lines[-1] += tok
+        else:
+            lines.append(tok.lstrip())
+    return "\n".join(ln.rstrip() for ln in lines)
+
+
+def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], title: str | None = None, file=None,
+                wide: bool = False, width: int | None = None) -> list[str]:
+    """Print; return the names of the columns left out (empty with `wide` or when all fit)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = file or sys.stdout
+    cells = [[r[i] for r in rows] for i in range(len(columns))]
+    if wide:
+        widths = {i: _natural(c, cells[i]) for i, c in enumerate(columns)}
+        width = max(sum(widths.values()) + BORDER * len(widths) + 1, len(title or ""))
+    else:
+        width = width or terminal_width()
+        widths = fit(columns, rows, width)
+    hidden = [columns[i].name for i in range(len(columns)) if i not in widths]
+    table = Table(title=title, title_justify="left", expand=False)
+    for i, w in widths.items():
+        col = columns[i]
+        table.add_column(wrap_header(col.name, w), justify="right" if col.numeric else "left", width=w,
+                         min_width=w, max_width=w, overflow="fold")
+    for r in rows:
+        table.add_row(*(r[i] for i in widths))
+    console = Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False, markup=False,
+                      force_terminal=False if not getattr(out, "isatty", lambda: False)() else None)
+    console.print(table)
+    if hidden:
+        import textwrap
+
+        note = (f"({len(hidden)} column{'s' if len(hidden) != 1 else ''} left out to fit {width} columns: "
+                f"{', '.join(hidden)}; --wide shows all)")
+        print(textwrap.fill(note, width=max(width, 20), break_on_hyphens=False), file=out)
+    return hidden
