@@ -345,7 +345,8 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     assert all(x["reward"] is not None and x["last_checkpoint"] == n - 1 for x in rows)
     assert [x["varying"] for x in rows] == [["algo.lr=0.001"], ["algo.lr=0.002"], ["algo.lr=0.003"], ["algo.lr=0.004"]]
     assert rows[0]["resumed_from"] == [resume["from_rollout"]]
-    table = run_doc("status", cwd=tmp_path)
+    table = subprocess.run(doc_argv("status"), cwd=tmp_path, env={**env(), "COLUMNS": "250"}, capture_output=True,
+                           text=True, timeout=240)  # a wide terminal: every column (80 columns: tests/test_status.py)
     assert table.returncode == 0 and all(r_["run_id"] in table.stdout for r_ in runs) and "COMPLETED" in table.stdout
     by_id = trainstack("status", runs[1]["run_id"], cwd=tmp_path)
     assert by_id.returncode == 0 and runs[1]["run_id"] in by_id.stdout

@@ -170,12 +170,18 @@ def input_path_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -
         if only is not None and dest not in only:
             continue
         p = Path(path)
-        if not p.exists() and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path):
+        try:
+            exists, is_file, is_dir = p.exists(), p.is_file(), p.is_dir()
+        except OSError as ex:  # a name too long, a path through a file: not a usable path
+            errors.append(ConfigError(facts.key_of(dest), f"{path[:200]} is not a usable path ({ex.strerror})",
+                                      f"point {facts.key_of(dest)} at an existing {kind}", value=path[:200],
+                                      source=facts.source_of(dest)))
             continue
-        if kind == "file" and p.is_file() or kind == "directory" and p.is_dir() or kind.startswith("file or") \
-                and p.exists():
+        if not exists and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path):
             continue
-        what = "does not exist" if not p.exists() else f"is a {'directory' if p.is_dir() else 'file'}, not a {kind}"
+        if kind == "file" and is_file or kind == "directory" and is_dir or kind.startswith("file or") and exists:
+            continue
+        what = "does not exist" if not exists else f"is a {'directory' if is_dir else 'file'}, not a {kind}"
         errors.append(ConfigError(facts.key_of(dest), f"{path} {what} on this machine (the trainer reads it here)",
                                   f"point {facts.key_of(dest)} at an existing {kind}, or create it",
                                   value=path, source=facts.source_of(dest)))

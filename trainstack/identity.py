@@ -22,6 +22,17 @@ MAX_DIR_ENTRIES = 10_000
 INPUT_DESTS = ("hf_checkpoint", "ref_load", "prompt_data")
 
 
+def identity_path(path: str, roots: dict[str, str]) -> str:
+    """How a path counts in the run_id: `<data_root>/rel/path` under a root (data and models move
+    between machines with their root), else the full normalised path."""
+    norm = os.path.normpath(path)
+    for name, root in sorted(roots.items()):
+        root = os.path.normpath(root)
+        if norm == root or norm.startswith(root + os.sep):
+            return f"<{name}>/{os.path.relpath(norm, root)}"
+    return norm
+
+
 def fingerprint(path: str) -> dict[str, Any] | None:
     """Content identity of a file or directory on this host; None when it is not visible here."""
     try:

@@ -358,15 +358,17 @@ def drop_preset_sglang_dests(merged: dict[str, Any], provenance: dict[str, str],
     return dropped
 
 
-def config_hash(args: dict[str, Any], extra: dict[str, Any]) -> str:
-    """The run_id digest: every training-relevant dest, input paths in full (docs/resume.md)."""
-    from trainstack.identity import INPUT_DESTS
+def config_hash(args: dict[str, Any], extra: dict[str, Any], roots: dict[str, str] | None = None) -> str:
+    """The run_id digest: every training-relevant dest; input paths by where they are: relative to
+    paths.data_root / paths.models_root when under one (the same run wherever a machine keeps its
+    data and models), else in full (docs/resume.md, identity)."""
+    from trainstack.identity import INPUT_DESTS, identity_path
 
     relevant = {k: v for k, v in args.items()
                 if v is not None and k not in NON_TRAINING_DESTS and not k.startswith(NON_TRAINING_PREFIXES)}
     for dest in INPUT_DESTS:
         if isinstance(args.get(dest), str):
-            relevant[dest] = os.path.normpath(args[dest])
+            relevant[dest] = identity_path(args[dest], roots or {})
     blob = json.dumps({"args": relevant, **extra}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
 
@@ -425,7 +427,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     runtime_env: RuntimeEnvSpec = typed["runtime_env"]
     runtime_env = RuntimeEnvSpec(env_vars={str(k): str(v) for k, v in runtime_env.env_vars.items()},
                                  pythonpath=[absolute(p, origin.cwd) for p in runtime_env.pythonpath])
-    name, run_id = run_identity(tree, merged, entrypoint, cluster, origin, meta)
+    name, run_id = run_identity(tree, merged, entrypoint, cluster, origin, meta, paths)
     run_dir = str(Path(paths.runs_root) / run_id)
     tracking: TrackingSpec = typed["tracking"]
     hub: HubSpec = typed["hub"]
@@ -582,7 +584,7 @@ def absolute_dest_paths(merged: dict[str, Any], cwd: str) -> None:
 
 
 def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, cluster: ClusterSpec,
-                 origin: Origin, meta: dict[str, dict]) -> tuple[str, str]:
+                 origin: Origin, meta: dict[str, dict], paths: PathsSpec) -> tuple[str, str]:
     """(name, run_id): run_id is given, or `<name>-<hash of the training-relevant config>`. An HTTP
     env's settings (env.meta.http_env: turns, reward, ...) change what is trained; where its server
     runs and the client's timeouts do not."""
@@ -593,7 +595,7 @@ def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, 
         from trainstack.http_env.settings import identity
 
         extra["http_env"] = identity(http_env)
-    digest = config_hash(merged, extra)
+    digest = config_hash(merged, extra, {"data_root": paths.data_root, "models_root": paths.models_root})
     run_id = tree.get("run_id") or f"{name}-{digest}"
     bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if bad_chars:

@@ -46,6 +46,8 @@ def public_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not is_secret_name(k)}
 
 
+_PLACEHOLDERS = ("$(", "${", "<")  # a shell substitution, <redacted>, <token>: no value to hide
+_EMPTY = {"", "null", "None", "...", "''", '""'}
 _NAME_SEP = re.compile(r"([A-Za-z_+~][\w.+~-]*)(\s*[:=]\s*)")
 _CLOSE = {"[": "]", "{": "}", "(": ")"}
 
@@ -81,9 +83,10 @@ def redact_text(text: str) -> str:
         if m.start() < pos:
             continue
         leaf = m.group(1).lstrip("+~").rsplit(".", 1)[-1]
-        if is_secret_name(leaf):
+        end = _value_end(text, m.end())
+        if is_secret_name(leaf) and not text.startswith(_PLACEHOLDERS, m.end()) and text[m.end():end] not in _EMPTY:
             out.append(text[pos:m.end()] + REDACTED)
-            pos = _value_end(text, m.end())
+            pos = end
     out.append(text[pos:])
     return "".join(out)
 

@@ -163,7 +163,7 @@ def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
             Column("rollouts", 1, numeric=True), Column("reward", 1, numeric=True),
             Column("varying overrides", 2, min_width=14), Column("ckpt", 3, numeric=True)]
     if any_hub:
-        cols.append(Column("hub", 3, min_width=12))
+        cols.append(Column("hub", 1, min_width=12))  # a Hub run's key fact: kept before overrides and ckpt
     if any_job:
         cols += [Column("scheduler", 2, min_width=9), Column("job", 4, numeric=True)]
     cols.append(Column("logs", 5, min_width=12))
