@@ -172,6 +172,38 @@ def cmd_exec(ns: argparse.Namespace) -> int:
     return code
 
 
+# --- commander (trainstack/commander/; Lium runs, docs/lium.md) -----------------------------
+def cmd_commander(ns: argparse.Namespace) -> int:
+    from trainstack.commander.server import serve
+
+    return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
+                 worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
+                 start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,
+                 backoff_max_s=ns.backoff_max)
+
+
+def add_commander(sub) -> None:
+    p = sub.add_parser("commander", help="the Lium commander: leases, pods that follow the runs, an HTTP API")
+    csub = p.add_subparsers(dest="commander_command", required=True)
+    s = csub.add_parser("serve", help="serve the API and run the reconciler (token: $TRAINSTACK_COMMANDER_TOKEN)")
+    s.add_argument("--db", default="~/.trainstack/commander.db", help="SQLite state (WAL)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for pods on other machines)")
+    s.add_argument("--port", type=int, default=8780)
+    s.add_argument("--public-url", help="the URL pods use to reach this commander (default http://HOST:PORT)")
+    s.add_argument("--lease-ttl", type=float, help="seconds a lease lives without renewal (default 30)")
+    s.add_argument("--heartbeat", type=float, help="seconds between worker renewals (default 5)")
+    s.add_argument("--worker-deadline", type=float,
+                   help="a worker that cannot renew for this long stops its trainer; below the TTL (default 20)")
+    s.add_argument("--tick", type=float, help="seconds between reconciler passes (default 1)")
+    s.add_argument("--probe", type=float, help="seconds between pod listings from Lium (default 15)")
+    s.add_argument("--start-timeout", type=float, help="seconds for a started worker to take its lease (default 300)")
+    s.add_argument("--stop-timeout", type=float, help="seconds cancel/pause waits for the final checkpoint (default 120)")
+    s.add_argument("--backoff", type=float, help="first re-provisioning delay in seconds, doubling (default 10)")
+    s.add_argument("--backoff-max", type=float, help="longest re-provisioning delay (default 300)")
+    s.set_defaults(func=cmd_commander)
+# --- end commander ---------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -198,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_exec)
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
+    add_commander(sub)  # commander serve
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main
