@@ -142,11 +142,44 @@ def add_status_cancel(sub) -> None:
     p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("cancel", help="scancel the SLURM jobs of a sweep or of runs")
+    p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (scancel for SLURM, the commander for Lium)")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
     p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
     p.add_argument("--dry", action="store_true", help="print the scancel commands only")
     p.set_defaults(func=cmd_cancel)
+def cmd_logs(ns: argparse.Namespace) -> int:
+    from trainstack.launch.lium_status import is_lium, logs
+    from trainstack.rundir.targets import bad_target, find_run
+
+    run_dir = find_run(ns.run, ns.runs_root)
+    if run_dir is None:
+        report_and_exit(ConfigErrors([bad_target(ns.run, ns.runs_root)]))
+    from trainstack.rundir import RunDir
+    from trainstack.rundir.targets import _run_id_of
+
+    run_id = _run_id_of(run_dir)
+    if is_lium(run_dir):
+        return logs(run_dir, run_id, ns.follow, which="worker" if ns.worker else "trainer")
+    path = RunDir(run_dir).trainer_log
+    if not path.exists():
+        print(f"trainstack logs: {path} does not exist yet", file=sys.stderr)
+        return 1
+    argv = ["tail", "-n", "+1"] + (["-F"] if ns.follow else []) + [str(path)]
+    import subprocess
+
+    try:
+        return subprocess.call(argv)
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_logs(sub) -> None:
+    p = sub.add_parser("logs", help="a run's trainer log (Lium runs: from the pod, through the commander)")
+    p.add_argument("run", help="a run id (under --runs-root) or a run directory")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--worker", action="store_true", help="Lium runs: the worker's log instead of the trainer's")
+    p.set_defaults(func=cmd_logs)
 # --- end status / cancel ---------------------------------------------------------------------
 
 
@@ -231,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
     add_commander(sub)  # commander serve
+    add_logs(sub)  # logs
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main

@@ -38,6 +38,11 @@ class Row:
     resumed_from: list[int] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
     varying: list[str] = field(default_factory=list)
+    # Lium runs (from the commander): the pod, the lease epoch, the last Hub commit, the cost so far
+    pod: str | None = None
+    epoch: int | None = None
+    hub_commit: str | None = None
+    cost_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -126,6 +131,9 @@ def fill(rows: list[Row]) -> list[Row]:
         if r.job_id and r.job_id in states:
             r.scheduler, r.reason = states[r.job_id]
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
+    from trainstack.launch.lium_status import fill_lium
+
+    fill_lium(rows)
     by_key: dict[str, set] = {}
     for r in rows:
         for o in r.overrides:
@@ -148,6 +156,10 @@ def render(rows: list[Row], title: str | None = None) -> None:
         table.add_column(col, overflow="fold")
     for r in rows:
         sched = (r.scheduler or "-") + (f" ({r.reason})" if r.reason else "")
+        if r.pod is not None or r.epoch:
+            sched += f"\npod {(r.pod or '-')[:8]} e{r.epoch} x{r.restarts} ${r.cost_usd or 0:.4f}"
+            if r.hub_commit:
+                sched += f"\nhub {r.hub_commit[:10]}"
         run_state = (r.state or "-") + (f", resumed x{len(r.resumed_from)}" if r.resumed_from else "")
         ckpt = "-" if r.last_checkpoint is None else (
             f"{r.last_checkpoint}" + (f"/{r.num_rollout}" if r.num_rollout else ""))
@@ -177,6 +189,13 @@ def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = Fals
     except ConfigErrors as ex:
         print("trainstack cancel: " + "\n".join(e.render() for e in ex.errors), file=sys.stderr)
         return 2
+    from trainstack.launch.lium_status import cancel_lium, is_lium
+
+    lium_rows = [r for r in rows if is_lium(r.run_dir)]
+    code = cancel_lium(lium_rows, dry) if lium_rows else 0
+    rows = [r for r in rows if not is_lium(r.run_dir)]
+    if lium_rows and not rows:
+        return code
     ids = sorted({r.job_id for r in rows if r.job_id})
     names = sorted({r.run_id for r in rows if not r.job_id})
     argvs = ([["scancel", *ids]] if ids else []) + [["scancel", f"--name={n}"] for n in names]
@@ -186,7 +205,6 @@ def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = Fals
     if not argvs:
         print("trainstack cancel: no SLURM job recorded for " + " ".join(targets), file=sys.stderr)
         return 1
-    code = 0
     for argv in argvs:
         print(" ".join(argv), file=sys.stderr)
         if not dry:

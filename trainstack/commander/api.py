@@ -281,8 +281,9 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
             phase = {"finished": "finished", "failed": "failed", "preempted": "lost"}.get(body.state)
             if phase is None:  # stopped / released: what the run should be doing decides
                 phase = desired if desired in ("cancelled", "paused") else "lost"
+            message = row["message"] if body.state == "stopped" and row["message"] else body.message  # keep why
             Store.update(db, run_id, epoch=body.epoch, lease_holder=None, lease_expires=None, phase=phase,
-                         exit_code=body.exit_code, message=body.message, log_tail=body.log_tail,
+                         exit_code=body.exit_code, message=message, log_tail=body.log_tail,
                          **progress_fields(body.progress))
             Store.event(db, run_id, f"worker_{body.state}", body.epoch, exit_code=body.exit_code,
                         message=body.message, last_checkpoint=body.progress.get("last_checkpoint"))

@@ -108,6 +108,7 @@ class Reconciler:
                 self._reconcile(run, pods)
             except Exception as ex:  # noqa: BLE001
                 self._event(run, "reconcile_error", error=f"{type(ex).__name__}: {ex}")
+        pods = self._listing()  # fresh if this tick removed or rented a pod
         if pods is not None:
             self._remove_orphans(pods)
 
