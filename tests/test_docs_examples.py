@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-OWN_TESTS = {"compare.md", "slurm.md"}
+OWN_TESTS = {"compare.md", "slurm.md", "lium.md"}
 
 
 def commands(path: Path) -> list[str]:

@@ -44,8 +44,13 @@ class Stack:
         return self.admin.get(f"/v1/runs/{run_id}")
 
     def wait_phase(self, run_id: str, phases: tuple[str, ...], timeout: float = 180) -> dict:
-        return wait_for(lambda: (r := self.rec(run_id))["phase"] in phases and r, timeout, f"{run_id} in {phases}",
-                        every=0.3)
+        try:
+            return wait_for(lambda: (r := self.rec(run_id))["phase"] in phases and r, timeout,
+                            f"{run_id} in {phases}", every=0.3)
+        except AssertionError as ex:  # say what the commander saw
+            events = [(e["event"], e["data"]) for e in self.admin.get(f"/v1/runs/{run_id}/events")]
+            raise AssertionError(f"{ex}\nevents: {events}\nrecord: {self.rec(run_id)}\ncommander log: "
+                                 f"{self.cmd.log.read_text()[-3000:]}") from None
 
     def volume_run_dir(self, run_id: str) -> Path:
         return self.fake.volume_dir(self.rec(run_id)["volume_id"]) / "trainstack" / "runs" / run_id
@@ -258,4 +263,35 @@ def test_spend_limit_pauses_the_run_and_removes_its_pod(stack, fake_lium):
     wait_for(lambda: not fake_lium.fake.live_pods(), 20, "pod removed")
     st = stack.trainstack("status", "budget", "--json")
     assert json.loads(st.stdout)[0]["state"] == "paused"
+    stack.close()
+
+
+def test_lium_doc_walkthrough(stack, fake_lium):
+    """Every `python run.py` / `trainstack` line of docs/lium.md, in order, against the fake."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "lium.md").read_text()
+    lines = [ln.strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S) for ln in block.splitlines()
+             if ln.strip().startswith(("python ", "trainstack "))]
+    assert len(lines) >= 6
+    env = {**os.environ, **stack.env, "PYTHONPATH": str(ROOT)}
+    for line in lines:
+        argv = shlex.split(line)
+        argv = ([sys.executable, str(ROOT / "run.py"), *argv[2:]] if argv[0] == "python"
+                else [sys.executable, "-m", "trainstack", *argv[1:]])
+        res = subprocess.run(argv, cwd=stack.tmp, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0 and "Traceback" not in res.stderr, f"{line}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+        if line.startswith("python run.py -m"):
+            ids = [r["run_id"] for r in json.loads((stack.tmp / "multirun/lium-sweep/sweep.json").read_text())["runs"]]
+            for rid in ids:
+                assert stack.wait_phase(rid, ("finished", "failed"))["phase"] == "finished"
+        if line.startswith("trainstack status multirun"):
+            assert res.stdout.count("finished") >= 2
+        if line.startswith("trainstack cancel"):
+            assert stack.wait_phase("lium-demo", ("cancelled",), timeout=90)["phase"] == "cancelled"
+        if line.startswith("trainstack status lium-demo"):
+            row = json.loads(res.stdout)[0]
+            assert row["scheduler"] == "cancelled" and row["cost_usd"] > 0
+    wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
     stack.close()

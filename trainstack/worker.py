@@ -126,7 +126,9 @@ def take_over_run_dir_lease(run_dir: Path, host: str) -> None:
     publish). Without this a replacement would wait out that lease's TTL."""
     from trainstack.lease import LeaseRecord, evict
 
-    path = run_dir / "lease.json"
+    from trainstack.rundir import RunDir
+
+    path = RunDir(run_dir).lease_file
     try:
         rec = LeaseRecord(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):

@@ -211,7 +211,9 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
     def logs(run_id: str, which: str = "trainer", offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
         rec = get_run(run_id)
         req = PodRequest.from_dict(rec.settings)
-        path = (f"{req.run_dir(run_id)}/logs/trainer.log" if which == "trainer"
+        from trainstack.rundir import layout
+
+        path = (f"{req.run_dir(run_id)}/{layout.LOGS}/{layout.TRAINER_LOG}" if which == "trainer"
                 else worker_log_path(req, run_id, rec.epoch))
         live = rec.pod_id and rec.phase in ("starting", "running", "stopping") and reconciler is not None
         if live:

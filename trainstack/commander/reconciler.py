@@ -287,7 +287,9 @@ class Reconciler:
                 raise TimeoutError(f"pod {pod_id} not ready within {req.ready_timeout_s:.0f} s")
             run_dir = req.run_dir(run.run_id)
             spec = dict(run.spec)
-            self.provider.put_file(pod_id, f"{run_dir}/spec.json",
+            from trainstack.rundir import layout
+
+            self.provider.put_file(pod_id, f"{run_dir}/{layout.SPEC}",
                                    (json.dumps(spec, indent=1, sort_keys=True, default=str) + "\n").encode())
             argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,

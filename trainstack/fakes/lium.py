@@ -138,6 +138,7 @@ class FakeLium:
         self.removed: list[dict[str, Any]] = []  # pods removed, with their lifetime (billing)
         self.lingering: list[PodProcess] = []  # removed from the API but still running (fault)
         self.lock = threading.RLock()
+        self._ports_taken: set[int] = set()
         self._image: Path | None = None
         self._stop = threading.Event()
         self._watch = threading.Thread(target=self._watch_pods, name="fake-lium-pods", daemon=True)
@@ -318,12 +319,19 @@ class FakeLium:
     def _start(self, pod: FakePod) -> None:
         vol = self.volume_dir(pod.volume_id) if pod.volume_id else None
         for _attempt in range(3):
-            proc = PodProcess(pod.id, self.root / "pods" / pod.id, free_port(), vol)
+            with self.lock:  # never hand one port to two pods (free_port only says it is free now)
+                used = {p.process.port for p in self.pods.values() if p.process} | {p.port for p in self.lingering}
+                port = free_port()
+                while port in used or port in self._ports_taken:
+                    port = free_port()
+                self._ports_taken.add(port)
+            proc = PodProcess(pod.id, self.root / "pods" / pod.id, port, vol)
             self._spawner.submit(proc.start, pod.keys, self.image).result()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and proc.alive() and not proc.answers():
                 time.sleep(0.05)
-            if proc.answers():
+            time.sleep(0.1)  # an sshd that lost the port to another server exits right after binding fails
+            if proc.alive() and proc.answers():
                 with self.lock:
                     pod.process = proc
                 return
@@ -344,7 +352,7 @@ class FakeLium:
                 if pod.status == "PENDING" and time.monotonic() >= pod.ready_after and pod.process.answers():
                     pod.status = "RUNNING"
                     pod.events.append({"event": "running", "at": _now_iso()})
-                elif pod.status == "RUNNING" and not pod.process.alive():
+                elif pod.status in ("PENDING", "RUNNING") and not pod.process.alive():
                     pod.status, pod.failed = "FAILED", True
                     pod.events.append({"error": "container exited", "at": _now_iso()})
 

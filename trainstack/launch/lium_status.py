@@ -50,7 +50,7 @@ def fill_lium(rows: Sequence[Any]) -> None:
         if rec is None:
             r.scheduler, r.reason = "lium ?", why
             continue
-        r.scheduler = rec["phase"] + ("" if rec["desired"] == "running" else f" -> {rec['desired']}")
+        r.scheduler = rec["phase"] + ("" if rec["desired"] in ("running", rec["phase"]) else f" -> {rec['desired']}")
         r.reason = rec.get("message") if rec["phase"] in ("failed", "paused", "pending", "lost") else None
         r.state = rec["phase"] if rec["phase"] in ("finished", "failed", "cancelled", "paused") else (
             "running" if rec["phase"] == "running" else r.state)

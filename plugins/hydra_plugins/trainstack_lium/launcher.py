@@ -49,7 +49,8 @@ class TrainstackLiumLauncher(Launcher):
         task_cfg = copy.deepcopy(sweep_config)
         with read_write(task_cfg), open_dict(task_cfg):
             del task_cfg["hydra"]
-        return build(task_cfg, origin)
+        run, cmd = build(task_cfg, origin)
+        return run, cmd, bool(task_cfg.get("dry_run"))
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
@@ -65,11 +66,11 @@ class TrainstackLiumLauncher(Launcher):
                 "has finished", "add hydra.launcher.wait=true", value=False)]))
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-        specs, errors = [], []
+        specs, errors, dry_lines = [], [], []
         settings: dict[str, Any] = {}
         for idx, overrides in enumerate(job_overrides):
             try:
-                run, cmd = self._build(overrides)
+                run, cmd, dry = self._build(overrides)
                 if run.cluster.launcher != "lium":
                     raise ConfigErrors([ConfigError("cluster.launcher", f"hydra/launcher=lium registers runs with the "
                                                     f"Lium commander, but this point's cluster uses '{run.cluster.launcher}'",
@@ -77,15 +78,25 @@ class TrainstackLiumLauncher(Launcher):
                                                     value=run.cluster.launcher)])
                 preflight(run, cmd, launching=False)
                 spec = RunSpec.from_run(run, cmd)
+                tl.pod_request(spec)
+                if dry:
+                    dry_lines.append((run, cmd))
+                    continue
                 tl.check(spec)
             except ConfigErrors as err:
                 errors.extend(err.errors)
                 continue
             settings = tl.settings_for(spec.cluster.extra, {k: self.params.get(k) for k in SETTING_KEYS})
             specs.append(spec)
-            log.info(f"\t#{initial_job_idx + idx} : {run.run_id} : {' '.join(filter_overrides(overrides))}")
+            log.info(f"\t#{initial_job_idx + idx} : {spec.run_id} : {' '.join(filter_overrides(overrides))}")
         if errors:
             report_and_exit(ConfigErrors(errors))
+        if dry_lines:  # dry_run=true: every point checked and shown; nothing registered
+            from trainstack import display
+
+            for point, point_cmd in dry_lines:
+                display.print_sweep_line(point, point_cmd)
+            return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
         ids = [s.run_id for s in specs]
         dup = sorted({r for r in ids if ids.count(r) > 1})
         if dup:
