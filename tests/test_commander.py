@@ -10,7 +10,8 @@ import pytest
 from commander_helpers import TOKEN, CommanderProc, wait_for, worker_token
 from trainstack.commander.client import CommanderClient, CommanderError
 
-CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto"}
+# `python: /bin/false`: the worker command exits at once, so these tests play the worker themselves
+CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto", "python": "/bin/false"}
 
 
 def spec_of(run_id: str) -> dict:

@@ -295,3 +295,88 @@ def test_lium_doc_walkthrough(stack, fake_lium):
             assert row["scheduler"] == "cancelled" and row["cost_usd"] > 0
     wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
     stack.close()
+
+
+def pod_pids_running(fake, pod_id: str, needle: bytes) -> list[int]:
+    proc = next(p.process for p in fake.live_pods() if p.id == pod_id)
+    out = []
+    for pid in proc.pids():
+        try:
+            if needle in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def test_commander_down_longer_than_the_deadline_stops_training_until_it_is_back(stack, fake_lium):
+    """The seed's worker crashed when the commander was down while its trainer kept going: here the
+    trainer is stopped after the deadline (4 s < TTL 6 s), nothing trains while the commander is
+    away, and when it is back the same lease continues and the run resumes to the same weights."""
+    n = 40
+    ref = reference(stack.tmp, n, "args.save_interval=1")
+    assert stack.run("run_id=down", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
+    rec = wait_for(lambda: (r := stack.rec("down"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2
+                   and r, 120, "training")
+    stack.cmd.kill9()
+    time.sleep(9)  # > deadline (4 s) + the short stop grace (TTL - deadline = 2 s)
+    assert pod_pids_running(fake_lium.fake, rec["pod_id"], b"trainstack.tiny.train") == []
+    rd = stack.fake.volume_dir(rec["volume_id"]) / "trainstack" / "runs" / "down"
+    stopped_at = tracker(rd)
+    time.sleep(3)
+    assert tracker(rd) == stopped_at  # no training without a lease
+    stack.cmd.start()
+    done = stack.wait_phase("down", ("finished", "failed"))
+    assert done["phase"] == "finished" and done["epoch"] == 1 and done["pod_id"] == rec["pod_id"], done["message"]
+    log = (fake_lium.fake.root / "pods" / rec["pod_id"] / "workspace" / "trainstack" / "down" / "worker-e1.log").read_text()
+    assert ("commander unreachable" in log or "no renewal for longer than the lease TTL" in log), log
+    assert "starting the trainer again" in log
+    assert same_weights(ref, rd / "checkpoints" / f"iter_{n - 1:07d}" / "model.pt")
+    stack.close()
+
+
+def test_sigterm_to_the_worker_checkpoints_reports_preempted_and_the_run_moves_on(fake_lium, tmp_path):
+    """The pod is going away (SIGTERM to the worker): the trainer checkpoints, the worker reports
+    PREEMPTED and releases, a new pod resumes from that checkpoint. The commander's secrets reach
+    the trainer through the exec environment and no file anywhere holds them."""
+    secret = "hf_SECRET_value_1234567890"
+    cmd_env = {**fake_lium.env, "HF_TOKEN": secret}
+    s = Stack.__new__(Stack)
+    s.fake, s.tmp = fake_lium.fake, tmp_path
+    s.cmd = CommanderProc(tmp_path, cmd_env).start()
+    s.env = {**fake_lium.env, "TRAINSTACK_COMMANDER_URL": s.cmd.url, "TRAINSTACK_COMMANDER_TOKEN": TOKEN}
+    s.admin = s.cmd.client()
+    try:
+        assert s.run("run_id=preempt", "env.num_rollout=300", "args.save_interval=1000").returncode == 0
+        s.wait_phase("preempt", ("running",), timeout=120)
+        rec = s.rec("preempt")
+        wait_for(lambda: "rollout 3/" in s.admin.get("/v1/runs/preempt/logs")["text"], 60, "training", every=0.5)
+        trainer = pod_pids_running(fake_lium.fake, rec["pod_id"], b"trainstack.tiny.train")
+        assert trainer and secret.encode() in Path(f"/proc/{trainer[0]}/environ").read_bytes()
+        for pid in trainer:
+            assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        [worker] = pod_pids_running(fake_lium.fake, rec["pod_id"], b"trainstack.worker")
+        os.kill(worker, 15)
+        rec2 = wait_for(lambda: (r := s.rec("preempt"))["epoch"] == 2 and r["phase"] == "running" and r, 90,
+                        "the next pod")
+        ev = s.events("preempt")
+        assert "worker_preempted" in ev
+        first_ck = rec2["last_checkpoint"]
+        assert first_ck is not None and first_ck >= 2  # the preempted trainer's final checkpoint
+        rd = s.volume_run_dir("preempt")
+        starts = [json.loads(ln) for ln in (rd / "events.jsonl").read_text().splitlines()]
+        assert [e["from_rollout"] for e in starts if e["event"] == "resume"] == [first_ck + 1]
+        s.admin.post("/v1/runs/preempt/cancel")
+        s.wait_phase("preempt", ("cancelled",), timeout=90)
+        wait_for(lambda: not fake_lium.fake.live_pods(), 30, "pods removed")
+    finally:
+        s.cmd.stop()
+    hits = []
+    for base in (fake_lium.fake.root, tmp_path):
+        for p in Path(base).rglob("*"):
+            try:
+                if p.is_file() and not p.is_symlink() and secret.encode() in p.read_bytes():
+                    hits.append(str(p))
+            except OSError:
+                pass
+    assert hits == [], f"the secret was written to {hits}"

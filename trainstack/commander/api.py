@@ -237,7 +237,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                 raise HTTPException(404, f"no run {run_id}")
             if body.epoch != row["epoch"]:
                 raise HTTPException(409, f"epoch {body.epoch} is superseded (current {row['epoch']})")
-            if row["desired"] != "running" or row["phase"] not in ("starting", "running"):
+            if row["desired"] != "running" or row["phase"] not in ("provisioning", "starting", "running"):
                 raise HTTPException(409, f"run is {row['phase']} (desired {row['desired']}); nothing to train")
             holder, expires = row["lease_holder"], row["lease_expires"] or 0
             if holder and holder != body.holder and expires > now:

@@ -298,8 +298,12 @@ class Reconciler:
                    "TRAINSTACK_POD_ID": pod_id, "TRAINSTACK_RUN_DIR": run_dir,
                    **{k: os.environ[k] for k in FORWARDED_SECRETS if os.environ.get(k)}}
             pid = self.provider.start(pod_id, argv, env, worker_log_path(req, run.run_id, epoch))
-            self._set(run, "worker_started", {"pod_id": pod_id, "pid": pid, "log": worker_log_path(req, run.run_id, epoch)},
-                      phase="starting", deadline=time.time() + self.config.start_timeout_s)
+            with self.store.tx() as db:  # the worker may have taken its lease already (phase running)
+                db.execute("UPDATE runs SET phase='starting', deadline=?, updated=? WHERE run_id=? AND epoch=? AND "
+                           "phase='provisioning'", (time.time() + self.config.start_timeout_s, time.time(),
+                                                    run.run_id, epoch))
+                Store.event(db, run.run_id, "worker_started", epoch, pod_id=pod_id, pid=pid,
+                            log=worker_log_path(req, run.run_id, epoch))
         except Exception as ex:  # noqa: BLE001 - any failure: clean up and retry with backoff
             kind = "no_node" if isinstance(ex, NoNode) else "provision_failed"
             self._set(run, kind, {"error": f"{type(ex).__name__}: {ex}", "pod_id": pod_id}, phase="lost",
