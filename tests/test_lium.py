@@ -380,3 +380,17 @@ def test_sigterm_to_the_worker_checkpoints_reports_preempted_and_the_run_moves_o
             except OSError:
                 pass
     assert hits == [], f"the secret was written to {hits}"
+
+
+def test_sweep_spend_limit_pauses_every_run_of_the_sweep(stack, fake_lium):
+    sweep = stack.tmp / "sw-budget"
+    res = stack.run("-m", "hydra/launcher=lium", "algo.lr=1e-3,2e-3", "env.num_rollout=400", "args.save_interval=1000",
+                    "hydra.launcher.sweep_spend_limit=0.0012", f"hydra.sweep.dir={sweep}")
+    assert res.returncode == 0, res.stderr
+    ids = [r["run_id"] for r in json.loads((sweep / "sweep.json").read_text())["runs"]]
+    recs = [stack.wait_phase(rid, ("paused", "failed", "finished"), timeout=120) for rid in ids]
+    assert [r["phase"] for r in recs] == ["paused", "paused"]
+    assert all("sweep spend limit" in r["message"] for r in recs)
+    assert sum(r["cost_usd"] for r in recs) >= 0.0012
+    wait_for(lambda: not fake_lium.fake.live_pods(), 20, "pods removed")
+    stack.close()
