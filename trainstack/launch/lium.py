@@ -118,7 +118,6 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
     cmd["entrypoint"], cmd["env"] = entry, env
     for key in ("command", "args", "run_dir", "data_root"):
         d[key] = move(d[key])
-    d["launcher"] = "local"  # on the pod the stored command runs as a local process group
     d.setdefault("extra", {})["lium"] = {"submit_run_dir": spec.run_dir}
     return d
 
