@@ -181,10 +181,10 @@ def test_commander_sigkilled_and_restarted_mid_run(stack, fake_lium):
     recs = [stack.wait_phase(rid, ("finished", "failed")) for rid in ids]
     assert [r["phase"] for r in recs] == ["finished"] * 2, [r["message"] for r in recs]
     assert [r["epoch"] for r in recs] == [1, 1] and [r["restarts"] for r in recs] == [0, 0]
+    wait_for(lambda: not fake_lium.fake.live_pods(), 20, "pods removed")
     assert len(fake_lium.fake.removed) == 2  # no duplicate pod was ever rented
     rents = [r for r in fake_lium.fake.requests if r["path"].endswith("/rent")]
     assert len(rents) == 2
-    wait_for(lambda: not fake_lium.fake.live_pods(), 20, "pods removed")
     stack.close()
 
 
@@ -364,8 +364,12 @@ def test_sigterm_to_the_worker_checkpoints_reports_preempted_and_the_run_moves_o
         first_ck = rec2["last_checkpoint"]
         assert first_ck is not None and first_ck >= 2  # the preempted trainer's final checkpoint
         rd = s.volume_run_dir("preempt")
-        starts = [json.loads(ln) for ln in (rd / "events.jsonl").read_text().splitlines()]
-        assert [e["from_rollout"] for e in starts if e["event"] == "resume"] == [first_ck + 1]
+
+        def resumes() -> list:
+            return [json.loads(ln)["from_rollout"] for ln in (rd / "events.jsonl").read_text().splitlines()
+                    if '"resume"' in ln]
+
+        assert wait_for(resumes, 30, "the new pod's resume") == [first_ck + 1]
         s.admin.post("/v1/runs/preempt/cancel")
         s.wait_phase("preempt", ("cancelled",), timeout=90)
         wait_for(lambda: not fake_lium.fake.live_pods(), 30, "pods removed")

@@ -19,7 +19,7 @@ run's lease from the commander.
 The worker reports how the trainer ended (finished / failed / stopped) with the tail of its log.
 
 Environment (set by the commander through the exec environment, never files):
-TRAINSTACK_COMMANDER_URL, TRAINSTACK_COMMANDER_TOKEN, TRAINSTACK_RUN_ID, TRAINSTACK_LEASE_EPOCH,
+TRAINSTACK_COMMANDER_URL, TRAINSTACK_COMMANDER_TOKEN, TRAINSTACK_RUN_ID, TRAINSTACK_COMMANDER_EPOCH,
 TRAINSTACK_POD_ID, TRAINSTACK_RUN_DIR; plus the forwarded secrets (WANDB_API_KEY, HF_TOKEN, ...).
 """
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 from trainstack.commander.client import CommanderClient, CommanderError, Unreachable
 
 EXIT_SUPERSEDED = 4
+EXIT_FENCED = 75  # `trainstack exec` stopped without publishing: its run-dir lease went to another writer
 
 
 def say(msg: str) -> None:
@@ -142,7 +143,7 @@ class Worker:
     def __init__(self, env: dict[str, str]):
         self.url = env["TRAINSTACK_COMMANDER_URL"]
         self.run_id = env["TRAINSTACK_RUN_ID"]
-        self.epoch = int(env["TRAINSTACK_LEASE_EPOCH"])
+        self.epoch = int(env["TRAINSTACK_COMMANDER_EPOCH"])
         self.pod_id = env.get("TRAINSTACK_POD_ID", "local")
         self.run_dir = Path(env["TRAINSTACK_RUN_DIR"])
         self.holder = f"{self.pod_id}/{os.getpid()}"
@@ -230,6 +231,9 @@ class Worker:
                     time.sleep(1)
                     trainer = self.start_trainer()
                     continue
+                if code == EXIT_FENCED:  # the run-dir lease went to another writer: not the run's failure
+                    self.report("preempted", code, "trainstack exec was fenced (another writer holds the run dir)")
+                    return EXIT_SUPERSEDED
                 state = "finished" if code == 0 and progress(self.run_dir).get("state") == "finished" else "failed"
                 self.report(state, code, f"trainstack exec exited with {code}")
                 return 0 if state == "finished" else 1
@@ -263,7 +267,7 @@ class Worker:
 
 def main() -> int:
     missing = [k for k in ("TRAINSTACK_COMMANDER_URL", "TRAINSTACK_COMMANDER_TOKEN", "TRAINSTACK_RUN_ID",
-                           "TRAINSTACK_LEASE_EPOCH", "TRAINSTACK_RUN_DIR") if not os.environ.get(k)]
+                           "TRAINSTACK_COMMANDER_EPOCH", "TRAINSTACK_RUN_DIR") if not os.environ.get(k)]
     if missing:
         print(f"trainstack worker: missing {', '.join(missing)} in the environment (the commander sets them when it "
               "starts the worker on a pod)", file=sys.stderr)

@@ -294,7 +294,7 @@ class Reconciler:
             argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,
                    "TRAINSTACK_COMMANDER_TOKEN": self.worker_token(run.run_id),
-                   "TRAINSTACK_RUN_ID": run.run_id, "TRAINSTACK_LEASE_EPOCH": str(epoch),
+                   "TRAINSTACK_RUN_ID": run.run_id, "TRAINSTACK_COMMANDER_EPOCH": str(epoch),
                    "TRAINSTACK_POD_ID": pod_id, "TRAINSTACK_RUN_DIR": run_dir,
                    **{k: os.environ[k] for k in FORWARDED_SECRETS if os.environ.get(k)}}
             pid = self.provider.start(pod_id, argv, env, worker_log_path(req, run.run_id, epoch))
