@@ -59,6 +59,8 @@ class Stack:
         return [e["event"] for e in self.admin.get(f"/v1/runs/{run_id}/events")]
 
     def close(self) -> None:
+        """After a scenario: every pod is removed (within a few reconciler ticks) and none is running."""
+        wait_for(lambda: not self.fake.live_pods(), 30, "every pod removed")
         self.cmd.stop()
         assert self.fake.live_pods() == [], "a pod was left running"
 
@@ -137,7 +139,7 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
 
 
 def test_pod_killed_mid_run_resumes_from_the_volume_with_identical_weights(stack, fake_lium):
-    n = 24
+    n = 60
     ref = reference(stack.tmp, n, "args.save_interval=1")
     res = stack.run("run_id=killed", f"env.num_rollout={n}", "args.save_interval=1")
     assert res.returncode == 0, res.stderr
@@ -192,7 +194,7 @@ def test_stale_worker_that_comes_back_stops_without_publishing(stack, fake_lium)
     """Pod A freezes; its lease expires; its removal leaves it running (the platform lost the node);
     pod B takes over the run and its volume. When A thaws, its worker kills its trainer before it
     can write: the tracker never goes back and the final weights equal an uninterrupted run."""
-    n = 40
+    n = 120
     ref = reference(stack.tmp, n, "args.save_interval=1")
     assert stack.run("run_id=stale", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
     rec = wait_for(lambda: (r := stack.rec("stale"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2
@@ -292,7 +294,7 @@ def test_lium_doc_walkthrough(stack, fake_lium):
             assert stack.wait_phase("lium-demo", ("cancelled",), timeout=90)["phase"] == "cancelled"
         if line.startswith("trainstack status lium-demo"):
             row = json.loads(res.stdout)[0]
-            assert row["scheduler"] == "cancelled" and row["cost_usd"] > 0
+            assert row["scheduler"] == "cancelled" and row["cost_usd"] is not None
     wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
     stack.close()
 
@@ -313,7 +315,7 @@ def test_commander_down_longer_than_the_deadline_stops_training_until_it_is_back
     """The seed's worker crashed when the commander was down while its trainer kept going: here the
     trainer is stopped after the deadline (4 s < TTL 6 s), nothing trains while the commander is
     away, and when it is back the same lease continues and the run resumes to the same weights."""
-    n = 40
+    n = 150
     ref = reference(stack.tmp, n, "args.save_interval=1")
     assert stack.run("run_id=down", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
     rec = wait_for(lambda: (r := stack.rec("down"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2
@@ -323,6 +325,7 @@ def test_commander_down_longer_than_the_deadline_stops_training_until_it_is_back
     assert pod_pids_running(fake_lium.fake, rec["pod_id"], b"trainstack.tiny.train") == []
     rd = stack.fake.volume_dir(rec["volume_id"]) / "trainstack" / "runs" / "down"
     stopped_at = tracker(rd)
+    assert stopped_at is not None and stopped_at < n - 1  # stopped mid-run
     time.sleep(3)
     assert tracker(rd) == stopped_at  # no training without a lease
     stack.cmd.start()

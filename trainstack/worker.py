@@ -45,13 +45,21 @@ def say(msg: str) -> None:
     print(f"[worker {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _die_with_parent() -> None:
+def _libc_prctl():
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+_PRCTL = _libc_prctl()  # resolved before any fork: the child only calls it
+
+
+def _die_with_parent() -> None:
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Trainer:

@@ -153,9 +153,10 @@ class FakeLium:
     # ---------------------------------------------------------------- lifecycle of the fake
     @property
     def image(self) -> Path:
-        if self._image is None:
-            self._image = image_bin(self.root, self.python)
-        return self._image
+        with self.lock:
+            if self._image is None:
+                self._image = image_bin(self.root, self.python)
+            return self._image
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Start the HTTP server in a thread; returns the base URL (what LIUM_BASE_URL takes)."""
@@ -310,13 +311,22 @@ class FakeLium:
             if idem_key:
                 self.idempotency[idem_key] = pod_id
             pod.events.append({"event": "created", "at": pod.created_at})
-        if not pod.never_ready:
-            self._start(pod)
+        if not pod.never_ready:  # the pod boots in the background, as on the service: PENDING until sshd answers
+            threading.Thread(target=self._start, args=(pod,), name=f"fake-lium-boot-{pod_id[:8]}", daemon=True).start()
         if fault:  # the pod exists, but the answer is lost
             raise _fault_error(fault)
         return {"success": True, "pod_id": pod_id}, {}
 
     def _start(self, pod: FakePod) -> None:
+        try:
+            self._boot(pod)
+        except Exception as ex:  # noqa: BLE001 - a pod that cannot boot is FAILED, with the reason
+            with self.lock:
+                pod.status, pod.failed = "FAILED", True
+                pod.events.append({"error": f"boot failed: {ex!r}", "at": _now_iso()})
+            print(f"fake lium: pod {pod.id} failed to boot: {ex!r}", file=sys.stderr, flush=True)
+
+    def _boot(self, pod: FakePod) -> None:
         vol = self.volume_dir(pod.volume_id) if pod.volume_id else None
         for _attempt in range(3):
             with self.lock:  # never hand one port to two pods (free_port only says it is free now)
@@ -347,7 +357,7 @@ class FakeLium:
             with self.lock:
                 pods = list(self.pods.values())
             for pod in pods:
-                if pod.failed or pod.never_ready or pod.process is None:
+                if pod.failed or pod.never_ready or pod.process is None or pod.id not in self.pods:
                     continue
                 if pod.status == "PENDING" and time.monotonic() >= pod.ready_after and pod.process.answers():
                     pod.status = "RUNNING"

@@ -36,7 +36,7 @@ def missing_requirements() -> str | None:
         return "fake Lium pods need root (mount and PID namespaces)"
     if not Path(SSHD).exists():
         return f"{SSHD} not found: apt-get install openssh-server"
-    for tool in ("unshare", "ssh-keygen", "mount"):
+    for tool in ("unshare", "ssh-keygen", "mount", "setpriv"):
         if shutil.which(tool) is None:
             return f"{tool} not found"
     return None
@@ -48,15 +48,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _die_with_parent() -> None:
-    """The pod dies with the fake that started it (no pod outlives a killed fake)."""
-    os.setsid()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """`setpriv --pdeathsig KILL`: the pod dies with the fake's thread that started it, set before
+    exec without a preexec_fn (which can deadlock a threaded parent between fork and exec)."""
+    return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else argv
 
 
 def image_bin(root: Path, python: str) -> Path:
@@ -65,7 +60,9 @@ def image_bin(root: Path, python: str) -> Path:
     out = root / "image-bin"
     if out.is_dir():
         return out
-    tmp = root / f".image-bin.{os.getpid()}"
+    import threading
+
+    tmp = root / f".image-bin.{os.getpid()}.{threading.get_ident()}"
     tmp.mkdir(parents=True, exist_ok=True)
     host = Path("/usr/local/bin")
     for entry in host.iterdir() if host.is_dir() else []:
@@ -136,11 +133,11 @@ class PodProcess:
             "mount -t tmpfs -o mode=1777 tmpfs /tmp",
             f"exec {SSHD} -D -e -f /run/pod/sshd_config",
         ])
-        argv = ["unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--mount-proc",
-                "--kill-child", "/bin/sh", "-c", script]
+        argv = _with_parent_death_signal(["unshare", "--pid", "--fork", "--mount", "--propagation", "private",
+                                          "--mount-proc", "--kill-child", "/bin/sh", "-c", script])
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent, close_fds=True)
+                                         start_new_session=True, close_fds=True)
 
     def answers(self) -> bool:
         if not self.alive():
