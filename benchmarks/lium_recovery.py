@@ -33,6 +33,16 @@ TRIALS = int(os.environ.get("BENCH_TRIALS", 3))
 TTL = 6.0
 
 
+def last_event_id(admin) -> int:
+    """The newest event id (the API pages by `after`, 1000 at a time)."""
+    last = 0
+    while True:
+        page = admin.get(f"/v1/runs/bench/events?after={last}")
+        if not page:
+            return last
+        last = page[-1]["id"]
+
+
 def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="liumbench-"))
     fake = FakeLium(tmp / "fake")
@@ -57,7 +67,7 @@ def main() -> int:
                            and (r["last_checkpoint"] or 0) >= 1 and r, 120, "training")
             ck_before = rec["last_checkpoint"]
             epoch = rec["epoch"]
-            seen_events = len(admin.get("/v1/runs/bench/events"))
+            seen_events = last_event_id(admin)
             if kind == "gone":
                 t0 = time.time()
                 fake.kill_pod(rec["pod_id"], listed="gone")
@@ -66,10 +76,12 @@ def main() -> int:
                 fake.freeze_pod(rec["pod_id"])
             vol = fake.volume_dir(rec["volume_id"]) / "trainstack" / "runs" / "bench" / "checkpoints"
             tracker = vol / "latest_checkpointed_iteration.txt"
+            at_fault = int(tracker.read_text())  # the old trainer is dead or stopped: only the new pod moves it
+            assert at_fault >= ck_before
             wait_for(lambda: admin.get("/v1/runs/bench")["epoch"] == epoch + 1
-                     and int(tracker.read_text() or -1) > ck_before + 1, 180, "a new checkpoint after resume", every=0.05)
+                     and int(tracker.read_text() or -1) > at_fault, 180, "a new checkpoint after resume", every=0.05)
             t_train = time.time() - t0
-            ev = admin.get("/v1/runs/bench/events")[seen_events:]
+            ev = admin.get(f"/v1/runs/bench/events?after={seen_events}")
             at = {e["event"]: e["time"] - t0 for e in reversed(ev)}
             trials.append({"fault": kind, "noticed_s": round(at.get("pod_lost", at.get("lease_expired", -1)), 2),
                            "provisioning_s": round(at["worker_started"] - at["provisioning"], 2),
