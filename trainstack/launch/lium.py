@@ -61,6 +61,10 @@ def pod_request(spec: RunSpec):
     known = {f.name for f in fields(PodRequest)}
     errors = [ConfigError(f"cluster.extra.lium.{k}", "not a Lium pod setting",
                           f"use one of: {', '.join(sorted(known))}", value=v) for k, v in raw.items() if k not in known]
+    if int(spec.cluster.num_nodes) != 1:
+        errors.append(ConfigError("cluster.num_nodes", "a Lium run is one pod (multi-pod runs are not supported)",
+                                  "use cluster.num_nodes=1 with a pod of enough GPUs (cluster.gpus_per_node)",
+                                  value=spec.cluster.num_nodes))
     if raw.get("template_id") and raw.get("image"):
         errors.append(ConfigError("cluster.extra.lium.image", "set either template_id or image, not both",
                                   "remove one of them", value=raw["image"]))
