@@ -16,8 +16,7 @@ def locate(dotted: str, roots: list[str]) -> str:
     if module in sys.builtin_module_names:
         return ""
     parts = module.split(".")
-    for root in roots:
-        base = Path(root, *parts)
+    for base in [Path(root, *parts) for root in roots] + _installed(parts):
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 return "" if _defines(candidate, attr) else f"{candidate} defines no {attr!r}"
@@ -27,6 +26,25 @@ def locate(dotted: str, roots: list[str]) -> str:
             if base.with_name(base.name + ext).is_file():
                 return ""  # compiled: cannot look inside
     return f"no module {module!r} on the trainer's PYTHONPATH"
+
+
+def _installed(parts: list[str]) -> list[Path]:
+    """Where this interpreter's import system puts a top-level package that no path entry holds (an
+    editable install's finder, a .pth hook): located with find_spec, which imports nothing for a
+    top-level name."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(loc, *parts[1:]) for loc in spec.submodule_search_locations]
+    if spec.origin and len(parts) == 1:
+        return [Path(spec.origin).with_suffix("")]
+    return []
 
 
 def _extension_suffixes() -> list[str]:
