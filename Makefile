@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint bench bench-slurm golden install
+.PHONY: run test test-fast lint bench bench-slurm bench-lium golden install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ bench: $(STAMP)
 
 bench-slurm: $(STAMP)
 	$(PY) benchmarks/slurm_submit.py
+
+# The Lium commander (latency with 200 runs) and pod-loss recovery on the fake Lium (root: pods are namespaces).
+bench-lium: $(STAMP)
+	$(PY) benchmarks/commander_latency.py
+	$(PY) benchmarks/lium_recovery.py
 
 # The slime parse oracle (docs/validation.md): needs slime's real parser, built once with
 # shared/tools/slime-parse/setup.sh into $(SLIME_PARSE_HOME). CI only checks the recorded file.

@@ -24,7 +24,7 @@ import pytest
 from conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-OWN_TESTS = {"compare.md", "slurm.md", "hub.md"}  # hub.md: tests/test_hub_runs.py (needs the fake Hub)
+OWN_TESTS = {"compare.md", "slurm.md", "hub.md", "lium.md"}  # hub.md: test_hub_runs.py, lium.md: test_lium.py
 NOT_RUN = "(not run in tests"
 VENV = ROOT / ".venv"
 

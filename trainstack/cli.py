@@ -143,11 +143,44 @@ def add_status_cancel(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("cancel", help="scancel the SLURM jobs of a sweep or of runs")
+    p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (scancel for SLURM, the commander for Lium)")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
     p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
     p.add_argument("--dry", action="store_true", help="print the scancel commands only")
     p.set_defaults(func=cmd_cancel)
+def cmd_logs(ns: argparse.Namespace) -> int:
+    from trainstack.launch.lium_status import is_lium, logs
+    from trainstack.rundir.targets import bad_target, find_run
+
+    run_dir = find_run(ns.run, ns.runs_root)
+    if run_dir is None:
+        report_and_exit(ConfigErrors([bad_target(ns.run, ns.runs_root)]))
+    from trainstack.rundir import RunDir
+    from trainstack.rundir.targets import _run_id_of
+
+    run_id = _run_id_of(run_dir)
+    if is_lium(run_dir):
+        return logs(run_dir, run_id, ns.follow, which="worker" if ns.worker else "trainer")
+    path = RunDir(run_dir).trainer_log
+    if not path.exists():
+        print(f"trainstack logs: {path} does not exist yet", file=sys.stderr)
+        return 1
+    argv = ["tail", "-n", "+1"] + (["-F"] if ns.follow else []) + [str(path)]
+    import subprocess
+
+    try:
+        return subprocess.call(argv)
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_logs(sub) -> None:
+    p = sub.add_parser("logs", help="a run's trainer log (Lium runs: from the pod, through the commander)")
+    p.add_argument("run", help="a run id (under --runs-root) or a run directory")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--worker", action="store_true", help="Lium runs: the worker's log instead of the trainer's")
+    p.set_defaults(func=cmd_logs)
 # --- end status / cancel ---------------------------------------------------------------------
 
 
@@ -174,6 +207,38 @@ def cmd_exec(ns: argparse.Namespace) -> int:
     if code != EXIT_BUSY and not ns.quiet:
         print_summary(spec, code)
     return code
+
+
+# --- commander (trainstack/commander/; Lium runs, docs/lium.md) -----------------------------
+def cmd_commander(ns: argparse.Namespace) -> int:
+    from trainstack.commander.server import serve
+
+    return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
+                 worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
+                 start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,
+                 backoff_max_s=ns.backoff_max)
+
+
+def add_commander(sub) -> None:
+    p = sub.add_parser("commander", help="the Lium commander: leases, pods that follow the runs, an HTTP API")
+    csub = p.add_subparsers(dest="commander_command", required=True)
+    s = csub.add_parser("serve", help="serve the API and run the reconciler (token: $TRAINSTACK_COMMANDER_TOKEN)")
+    s.add_argument("--db", default="~/.trainstack/commander.db", help="SQLite state (WAL)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for pods on other machines)")
+    s.add_argument("--port", type=int, default=8780)
+    s.add_argument("--public-url", help="the URL pods use to reach this commander (default http://HOST:PORT)")
+    s.add_argument("--lease-ttl", type=float, help="seconds a lease lives without renewal (default 30)")
+    s.add_argument("--heartbeat", type=float, help="seconds between worker renewals (default 5)")
+    s.add_argument("--worker-deadline", type=float,
+                   help="a worker that cannot renew for this long stops its trainer; below the TTL (default 20)")
+    s.add_argument("--tick", type=float, help="seconds between reconciler passes (default 1)")
+    s.add_argument("--probe", type=float, help="seconds between pod listings from Lium (default 15)")
+    s.add_argument("--start-timeout", type=float, help="seconds for a started worker to take its lease (default 300)")
+    s.add_argument("--stop-timeout", type=float, help="seconds cancel/pause waits for the final checkpoint (default 120)")
+    s.add_argument("--backoff", type=float, help="first re-provisioning delay in seconds, doubling (default 10)")
+    s.add_argument("--backoff-max", type=float, help="longest re-provisioning delay (default 300)")
+    s.set_defaults(func=cmd_commander)
+# --- end commander ---------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     from trainstack.hub.cli import add_hub  # hub ls / pull (issue 13)
 
     add_hub(sub)
+    add_commander(sub)  # commander serve
+    add_logs(sub)  # logs
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main

@@ -228,3 +228,9 @@ class Lease:
             tmp = self.path.with_name(f".lease.{self.record.token}.release")
             tmp.write_text(json.dumps(asdict(self.record)))
             os.replace(tmp, self.path)
+
+
+def evict(path: str | Path, holder: LeaseRecord) -> None:
+    """Move `holder`'s lease aside so the next acquire takes over at once: for a caller that knows,
+    from an authority above the run dir (the Lium commander's epoch), that this holder was superseded."""
+    Lease._evict(Path(path), holder)

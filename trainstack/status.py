@@ -39,8 +39,12 @@ class Row:
     logs: dict[str, str] = field(default_factory=dict)
     varying: list[str] = field(default_factory=list)
     hub_pushed: int | None = None  # the iteration the Hub's pointer names (hub.repo_id runs)
-    hub_commit: str | None = None  # the commit that pointer was pushed in
+    hub_commit: str | None = None  # the commit that pointer was pushed in (Lium runs: as the commander knows it)
     hub_pending: int | None = None  # selected, not pushed yet (the Hub is failing or slow)
+    # Lium runs (from the commander): the pod, the lease epoch, the cost so far
+    pod: str | None = None
+    epoch: int | None = None
+    cost_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -139,6 +143,9 @@ def fill(rows: list[Row]) -> list[Row]:
         if r.job_id and r.job_id in states:
             r.scheduler, r.reason = states[r.job_id]
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
+    from trainstack.launch.lium_status import fill_lium
+
+    fill_lium(rows)
     by_key: dict[str, set] = {}
     for r in rows:
         for o in r.overrides:
@@ -159,11 +166,14 @@ def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
 
     any_job = any(r.job_id for r in rows)
     any_hub = any(r.hub_pushed is not None or r.hub_pending is not None for r in rows)
+    any_pod = any(r.pod is not None or r.epoch for r in rows)
     cols = [Column("run_id", 0, min_width=12), Column("run", 0, min_width=8),
             Column("rollouts", 1, numeric=True), Column("reward", 1, numeric=True),
             Column("varying overrides", 2, min_width=14), Column("ckpt", 3, numeric=True)]
     if any_hub:
         cols.append(Column("hub", 1, min_width=12))  # a Hub run's key fact: kept before overrides and ckpt
+    if any_pod:  # Lium runs: pod, lease epoch, restarts, cost (from the commander)
+        cols.append(Column("pod", 1, min_width=12))
     if any_job:
         cols += [Column("scheduler", 2, min_width=9), Column("job", 4, numeric=True)]
     cols.append(Column("logs", 5, min_width=12))
@@ -176,6 +186,11 @@ def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
         if any_hub:
             hub = "-" if r.hub_pushed is None else f"{r.hub_pushed} @ {(r.hub_commit or '?')[:8]}"
             row.append(hub + (f" ({r.hub_pending} pending)" if r.hub_pending is not None else ""))
+        if any_pod:
+            pod = "-" if r.pod is None and not r.epoch else (
+                f"{(r.pod or '-')[:8]} e{r.epoch} x{r.restarts} ${r.cost_usd or 0:.4f}"
+                + (f" hub {r.hub_commit[:10]}" if r.hub_commit and r.hub_pushed is None else ""))
+            row.append(pod)
         if any_job:
             row += [(r.scheduler or "-") + (f" ({r.reason})" if r.reason else ""), r.job_id or "-"]
         row.append("\n".join(v for k, v in r.logs.items() if k in ("stdout", "trainer")))
@@ -218,6 +233,13 @@ def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = Fals
         rows = collect(targets, runs_root)
     except ConfigErrors as ex:
         report_and_exit(ex, command="cancel")
+    from trainstack.launch.lium_status import cancel_lium, is_lium
+
+    lium_rows = [r for r in rows if is_lium(r.run_dir)]
+    code = cancel_lium(lium_rows, dry) if lium_rows else 0
+    rows = [r for r in rows if not is_lium(r.run_dir)]
+    if lium_rows and not rows:
+        return code
     ids = sorted({r.job_id for r in rows if r.job_id})
     names = sorted({r.run_id for r in rows if not r.job_id})
     argvs = ([["scancel", *ids]] if ids else []) + [["scancel", f"--name={n}"] for n in names]
@@ -227,7 +249,6 @@ def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = Fals
     if not argvs:
         print("trainstack cancel: no SLURM job recorded for " + " ".join(targets), file=sys.stderr)
         return 1
-    code = 0
     for argv in argvs:
         print(" ".join(argv), file=sys.stderr)
         if not dry:

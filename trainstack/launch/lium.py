@@ -1,22 +1,283 @@
-"""Lium GPU pods: a run's spec is valid and renders for `cluster=lium_*`; renting a pod and running
-`trainstack exec` on it is not built yet (the open "Sweeps on Lium GPU pods" issue).
+"""Lium GPU pods: register each run with the commander, which keeps it on a live pod.
 
-Until then `submit` refuses with what to do instead, so nothing is half-launched.
+`submit(spec)` (single runs, `cluster.launcher=lium`) and the Hydra launcher `hydra/launcher=lium`
+(sweeps) do the same per run: check it like any launch (the resume check), store its spec in the
+local run dir (status, compare and diff read it), make the pod's copy of the spec (paths moved
+to the pod: run dir on the volume, data under the pod's workdir, the image's python), register
+it with the commander, write `lium.json` in the run dir, and return at once (`wait=true` blocks
+until every run has ended). The commander rents, replaces and removes pods (trainstack/commander/).
+
+Settings: `cluster.extra.lium` (the pod: GPU type and count, template or image, volume, price and
+country limits; `PodRequest`), `cluster.extra.launcher` (wait, restart_limit, spend_limit,
+sweep_spend_limit, commander_url, public_url, poll_s; `hydra.launcher.*` for sweeps). The
+commander is the one at `commander_url` / $TRAINSTACK_COMMANDER_URL, else one started on this
+host (`trainstack commander serve`, state in ~/.trainstack/). Its token: $TRAINSTACK_COMMANDER_TOKEN.
+Walkthrough: docs/lium.md.
 """
 from __future__ import annotations
 
+import copy
+import json
+import os
+import subprocess
 import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Sequence
 
+from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
+from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
 from trainstack.runspec import RunSpec
+
+DEFAULTS: dict[str, Any] = {
+    "wait": False,  # block until every run has ended (Optuna needs it)
+    "restart_limit": 5,  # pods re-provisioned per run before it is failed
+    "spend_limit": None,  # USD per run: at the limit the run is paused and its pod removed
+    "sweep_spend_limit": None,  # USD for all runs of the sweep together
+    "commander_url": None,  # default $TRAINSTACK_COMMANDER_URL, else a commander on this host
+    "public_url": None,  # what pods use to reach a commander started here (default its local URL)
+    "commander_port": 8780,  # port of a commander started here
+    "poll_s": 5.0,  # wait=true: seconds between status polls
+    "metric": "rollout/raw_reward",  # what a finished run returns to the sweeper
+}
+TERMINAL = ("finished", "failed", "cancelled", "paused")
+STATE_DIR = Path(os.environ.get("TRAINSTACK_HOME", "~/.trainstack")).expanduser()
+
+
+def settings_for(cluster_extra: dict | None, overrides: dict | None = None) -> dict[str, Any]:
+    out = dict(DEFAULTS)
+    out.update((cluster_extra or {}).get("launcher") or {})
+    out.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return out
+
+
+def pod_request(spec: RunSpec):
+    """`cluster.extra.lium` as a PodRequest; unknown keys refused naming the key."""
+    from trainstack.commander.provider import PodRequest
+
+    raw = dict((spec.cluster.extra or {}).get("lium") or {})
+    known = {f.name for f in fields(PodRequest)}
+    errors = [ConfigError(f"cluster.extra.lium.{k}", "not a Lium pod setting",
+                          f"use one of: {', '.join(sorted(known))}", value=v) for k, v in raw.items() if k not in known]
+    if int(spec.cluster.num_nodes) != 1:
+        errors.append(ConfigError("cluster.num_nodes", "a Lium run is one pod (multi-pod runs are not supported)",
+                                  "use cluster.num_nodes=1 with a pod of enough GPUs (cluster.gpus_per_node)",
+                                  value=spec.cluster.num_nodes))
+    if raw.get("template_id") and raw.get("image"):
+        errors.append(ConfigError("cluster.extra.lium.image", "set either template_id or image, not both",
+                                  "remove one of them", value=raw["image"]))
+    if errors:
+        raise ConfigErrors(errors)
+    if spec.cluster.accelerator == "gpu" and "gpu_count" not in raw:
+        raw["gpu_count"] = int(spec.cluster.gpus_per_node)
+    if spec.cluster.gpu_type and "gpu_type" not in raw:
+        raw["gpu_type"] = spec.cluster.gpu_type
+    if isinstance(raw.get("countries"), str):
+        raw["countries"] = [raw["countries"]]
+    return PodRequest.from_dict(raw)
+
+
+# ------------------------------------------------------------------------------------------
+# The pod's copy of the spec
+# ------------------------------------------------------------------------------------------
+def project_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
+    """The spec with every submit-host path moved to where it is on the pod: the run dir (on the
+    volume), the data root (pod-local, the env's prepare hook fills it), the project checkout
+    (trainstack is installed in the image: cwd becomes the pod's workdir, PYTHONPATH drops it) and
+    the interpreter (the image's python)."""
+    d = copy.deepcopy(spec.to_json())
+    moves = sorted([(spec.run_dir, req.run_dir(spec.run_id)),
+                    (str(Path(spec.data_root).absolute()), f"{req.workdir.rstrip('/')}/data"),
+                    (project_root(), req.workdir.rstrip("/"))], key=lambda m: -len(m[0]))
+
+    def move(v: Any) -> Any:
+        if isinstance(v, str):
+            for old, new in moves:
+                if v == old or v.startswith(old.rstrip("/") + "/"):
+                    return new + v[len(old.rstrip("/")):] if v != old else new
+            return v
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        if isinstance(v, dict):
+            return {k: move(x) for k, x in v.items()}
+        return v
+
+    cmd = d["command"]
+    entry = list(cmd.get("entrypoint") or [])
+    if entry and (entry[0] == sys.executable or Path(entry[0]).name.startswith("python")):
+        entry[0] = req.python
+    env = dict(cmd.get("env") or {})
+    if "PYTHONPATH" in env:
+        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p != project_root()]
+        if kept:
+            env["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            env.pop("PYTHONPATH")
+    cmd["entrypoint"], cmd["env"] = entry, env
+    for key in ("command", "args", "run_dir", "data_root", "inputs"):
+        d[key] = move(d[key])
+    d.setdefault("extra", {})["lium"] = {"submit_run_dir": spec.run_dir}
+    return d
+
+
+# ------------------------------------------------------------------------------------------
+# The commander
+# ------------------------------------------------------------------------------------------
+def _token() -> str:
+    from trainstack.commander.server import TOKEN_ENV
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(token) < 16:
+        raise ConfigErrors([ConfigError(
+            TOKEN_ENV, "the Lium commander's token is not set (or shorter than 16 characters)",
+            f"export {TOKEN_ENV}=$(openssl rand -hex 24) in the shell that launches and where the commander runs")])
+    return token
+
+
+def commander(settings: dict[str, Any], start: bool = True):
+    """A client of the commander at the configured URL, or of one started on this host."""
+    from trainstack.commander.client import CommanderClient, CommanderError
+    from trainstack.commander.server import URL_ENV
+
+    token = _token()
+    url = settings.get("commander_url") or os.environ.get(URL_ENV)
+    if url:
+        return CommanderClient(url, token)
+    port = int(settings.get("commander_port") or 8780)
+    client = CommanderClient(f"http://127.0.0.1:{port}", token)
+    try:
+        client.get("/v1/health", timeout=2)
+        return client
+    except CommanderError as ex:
+        if ex.status:
+            raise ConfigErrors([ConfigError("cluster.extra.launcher.commander_url", f"the commander at "
+                                            f"{client.url} refused us ({ex.detail})",
+                                            f"use the token it was started with ({_token_hint()})")]) from None
+    if not start:
+        raise ConfigErrors([ConfigError("cluster.extra.launcher.commander_url", f"no commander answers at {client.url}",
+                                        f"start one (trainstack commander serve) or set {URL_ENV}")])
+    start_local_commander(port, settings.get("public_url"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            client.get("/v1/health", timeout=2)
+            return client
+        except CommanderError:
+            time.sleep(0.3)
+    raise ConfigErrors([ConfigError("cluster.extra.launcher.commander_url", f"the commander started here did not "
+                                    f"answer at {client.url} within 30 s", f"see {STATE_DIR / 'commander.log'}")])
+
+
+def _token_hint() -> str:
+    from trainstack.commander.server import TOKEN_ENV
+
+    return f"${TOKEN_ENV}"
+
+
+def start_local_commander(port: int, public_url: str | None) -> None:
+    """`trainstack commander serve` on this host, detached (it outlives this launch), state in ~/.trainstack."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "trainstack", "commander", "serve", "--db", str(STATE_DIR / "commander.db"),
+            "--port", str(port)]
+    if public_url:
+        argv += ["--public-url", public_url]
+    with open(STATE_DIR / "commander.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=str(STATE_DIR))
+    (STATE_DIR / "commander.pid").write_text(str(proc.pid))
+    print(f"trainstack: started a Lium commander on this host (pid {proc.pid}, port {port}, log "
+          f"{STATE_DIR / 'commander.log'}); stop it with kill -TERM {proc.pid}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Submitting
+# ------------------------------------------------------------------------------------------
+def check(spec: RunSpec) -> None:
+    """What every launch checks, before anything is registered: the resume check and the pod settings."""
+    from trainstack.resume import plan
+
+    pod_request(spec)
+    plan(spec, RunDir(spec.run_dir))
+
+
+def submit_specs(specs: Sequence[RunSpec], settings: dict[str, Any], sweep_dir: str | None = None) -> list[dict]:
+    """Register every run (all checked first); the records written to each run dir."""
+    for spec in specs:
+        check(spec)
+    client = commander(settings)
+    out = []
+    for spec in specs:
+        req = pod_request(spec)
+        body = {"run_id": spec.run_id, "spec": pod_spec(spec, req), "settings": req.to_dict(),
+                "sweep": sweep_dir, "restart_limit": int(settings.get("restart_limit") or 0),
+                "spend_limit": settings.get("spend_limit"), "sweep_spend_limit": settings.get("sweep_spend_limit")}
+        from trainstack.commander.client import CommanderError
+
+        try:
+            answer = client.post("/v1/runs", body)
+        except CommanderError as ex:
+            raise ConfigErrors([ConfigError("run_id", f"the commander refused {spec.run_id}: {ex.detail}",
+                                            f"trainstack status {spec.run_id}; trainstack cancel {spec.run_id}",
+                                            value=spec.run_id)]) from None
+        rundir = RunDir(spec.run_dir)
+        rundir.write_spec(spec)
+        rec = {"run_id": spec.run_id, "commander_url": client.url, "pod_run_dir": req.run_dir(spec.run_id),
+               "sweep_dir": sweep_dir, "registered_at": now_iso(), "phase": answer.get("phase")}
+        atomic_write(rundir.file(layout.LIUM), json.dumps(rec, indent=1) + "\n")
+        if rundir.status().get("state") in (None, "created", "finished", "failed", "interrupted", "submitted"):
+            rundir.update_status(run_id=spec.run_id, state="submitted", launcher="lium")
+        out.append(rec)
+    return out
+
+
+def write_manifest(sweep_dir: Path, specs: Sequence[RunSpec], nums: Sequence[int], wait: bool, submit_s: float) -> Path:
+    runs = [manifest.SweepRun(run_id=s.run_id, run_dir=s.run_dir, overrides=list(s.overrides), job_num=n)
+            for s, n in zip(specs, nums)]
+    return manifest.record(sweep_dir, runs, scheduler="lium", wait=wait, submit_s=submit_s)
+
+
+def wait_for(client, run_ids: Sequence[str], poll_s: float) -> dict[str, dict]:
+    """Block until every run is finished, failed, cancelled or paused; their records."""
+    from trainstack.commander.client import Unreachable
+
+    pending = set(run_ids)
+    done: dict[str, dict] = {}
+    while pending:
+        for rid in sorted(pending):
+            try:
+                rec = client.get(f"/v1/runs/{rid}")
+            except Unreachable:
+                continue
+            if rec["phase"] in TERMINAL:
+                done[rid] = rec
+                pending.discard(rid)
+        if pending:
+            time.sleep(poll_s)
+    return done
 
 
 class LiumLauncher(Launcher):
+    """Register the run with the Lium commander, which keeps it on a pod; returns at once."""
+
     name = "lium"
     waits = False
+    sweep_launcher = "lium"
 
     def submit(self, spec: RunSpec) -> int:
-        print(f"trainstack: the lium launcher cannot rent pods yet; nothing was launched for {spec.run_id}.\n"
-              f"  fix: dry_run=true shows the exact command; to run it on a GPU machine you hold, copy "
-              f"{spec.run_dir} there and run `trainstack exec {spec.run_dir}`", file=sys.stderr)
-        return 2
+        settings = settings_for(spec.cluster.extra)
+        t0 = time.perf_counter()
+        rec = submit_specs([spec], settings)[0]
+        print(f"trainstack: registered {spec.run_id} with the Lium commander at {rec['commander_url']} "
+              f"({time.perf_counter() - t0:.2f} s); it rents a pod and keeps the run on one\n"
+              f"  follow it: trainstack status {spec.run_id}    logs: trainstack logs {spec.run_id} -f    "
+              f"stop it: trainstack cancel {spec.run_id}", file=sys.stderr, flush=True)
+        if not settings.get("wait"):
+            return 0
+        done = wait_for(commander(settings, start=False), [spec.run_id], float(settings.get("poll_s") or 5))
+        return 0 if done[spec.run_id]["phase"] == "finished" else 1

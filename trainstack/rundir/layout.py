@@ -23,6 +23,7 @@ STATUS = "status.json"
 METRICS = "metrics.jsonl"
 LEASE = "lease.json"
 SLURM = "slurm.json"  # the scheduler's record of a submitted run
+LIUM = "lium.json"  # a run registered with the Lium commander (its URL, the pod's run dir)
 # Directories.
 CHECKPOINTS = "checkpoints"
 LOGS = "logs"

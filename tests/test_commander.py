@@ -1,0 +1,198 @@
+"""The commander over real HTTP (uvicorn in a subprocess) with the fake Lium and the real SDK:
+auth on every endpoint, per-run leases fenced by epoch, state that survives SIGKILL, and the
+reconciler (rent with idempotency keys, replace, restart limit, cancel) leaving no pod behind."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from commander_helpers import TOKEN, CommanderProc, wait_for, worker_token
+from trainstack.commander.client import CommanderClient, CommanderError
+
+# `python: /bin/false`: the worker command exits at once, so these tests play the worker themselves
+CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto", "python": "/bin/false"}
+
+
+def spec_of(run_id: str) -> dict:
+    return {"run_id": run_id, "spec_version": 1, "note": "not executed in these tests"}
+
+
+def register(c: CommanderClient, run_id: str, **kw) -> dict:
+    return c.post("/v1/runs", {"run_id": run_id, "spec": spec_of(run_id), "settings": CPU_POD, **kw})
+
+
+def run_of(c: CommanderClient, run_id: str) -> dict:
+    return c.get(f"/v1/runs/{run_id}")
+
+
+def test_every_endpoint_needs_a_token_and_worker_tokens_are_per_run(tmp_path):
+    cmd = CommanderProc(tmp_path, {"LIUM_API_KEY": "unused", "LIUM_BASE_URL": "http://127.0.0.1:9"},
+                        **{"--probe": "60"}).start()
+    try:
+        admin = cmd.client()
+        register(admin, "run-a")
+        paths = [("GET", "/v1/health"), ("GET", "/v1/runs"), ("GET", "/v1/runs/run-a"), ("GET", "/v1/runs/run-a/events"),
+                 ("GET", "/v1/leases"), ("GET", "/v1/events"), ("POST", "/v1/runs"), ("POST", "/v1/runs/run-a/cancel"),
+                 ("POST", "/v1/runs/run-a/lease/force-release"), ("GET", "/v1/runs/run-a/logs"),
+                 ("POST", "/v1/runs/run-a/lease/acquire"), ("POST", "/v1/runs/run-a/lease/renew"),
+                 ("POST", "/v1/runs/run-a/lease/report")]
+        for method, path in paths:
+            for client, code in ((CommanderClient(cmd.url, ""), 401), (cmd.client("wrong-token-xxxxxxxx"), 403),
+                                 (cmd.client(worker_token("run-b")), 403)):
+                with pytest.raises(CommanderError) as err:
+                    client.call(method, path, {} if method == "POST" else None)
+                assert err.value.status == code, (method, path, client)
+        worker_a = cmd.client(worker_token("run-a"))
+        for method, path in paths[:10]:  # a run's worker token works only on that run's lease endpoints
+            with pytest.raises(CommanderError) as err:
+                worker_a.call(method, path, {} if method == "POST" else None)
+            assert err.value.status == 403
+        with pytest.raises(CommanderError) as err:
+            worker_a.post("/v1/runs/run-a/lease/acquire", {"epoch": 99, "holder": "w"})
+        assert err.value.status == 409  # authenticated, then fenced
+    finally:
+        cmd.stop()
+    assert TOKEN not in cmd.log.read_text()
+
+
+@pytest.mark.slow
+def test_lease_fencing_and_no_lost_state_across_sigkill(fake_lium, tmp_path):
+    cmd = CommanderProc(tmp_path, fake_lium.env).start()
+    try:
+        admin = cmd.client()
+        register(admin, "r1")
+        rec = wait_for(lambda: (r := run_of(admin, "r1"))["phase"] == "starting" and r, 60, "a pod and a started worker")
+        epoch, pod = rec["epoch"], rec["pod_id"]
+        assert epoch == 1 and [p.id for p in fake_lium.fake.live_pods()] == [pod]
+        vol = fake_lium.fake.volume_dir(rec["volume_id"])
+        assert (vol / "trainstack" / "runs" / "r1" / "spec.json").is_file()  # uploaded to the run dir on the volume
+        w = cmd.client(worker_token("r1"))
+        with pytest.raises(CommanderError, match="superseded"):
+            w.post("/v1/runs/r1/lease/acquire", {"epoch": 0, "holder": "old"})
+        got = w.post("/v1/runs/r1/lease/acquire", {"epoch": 1, "holder": "w1", "pod_id": pod})
+        assert got["ttl_s"] == 6 and got["deadline_s"] < got["ttl_s"]
+        with pytest.raises(CommanderError, match="held by w1"):
+            w.post("/v1/runs/r1/lease/acquire", {"epoch": 1, "holder": "intruder"})
+        w.post("/v1/runs/r1/lease/renew", {"epoch": 1, "holder": "w1", "progress": {"last_checkpoint": 3}})
+        cmd.kill9()  # acknowledged: lease w1@1, checkpoint 3
+        cmd.start()
+        rec = run_of(admin, "r1")
+        assert (rec["epoch"], rec["lease_holder"], rec["last_checkpoint"], rec["pod_id"]) == (1, "w1", 3, pod)
+        assert w.post("/v1/runs/r1/lease/renew", {"epoch": 1, "holder": "w1"})["desired"] == "running"
+        events = [e["event"] for e in admin.get("/v1/runs/r1/events")]
+        assert events[:3] == ["registered", "provisioning", "volume"] and "checkpoint" in events
+        with pytest.raises(CommanderError) as err:
+            w.post("/v1/runs/r1/lease/force-release")
+        assert err.value.status == 403  # force is admin-only
+        admin.post("/v1/runs/r1/lease/force-release")
+        with pytest.raises(CommanderError, match="not the lease holder|superseded"):
+            w.post("/v1/runs/r1/lease/renew", {"epoch": 1, "holder": "w1"})
+        rec = wait_for(lambda: (r := run_of(admin, "r1"))["epoch"] == 2 and r["phase"] == "starting" and r, 60,
+                       "a replacement pod")
+        assert rec["pod_id"] != pod and rec["restarts"] == 1
+        assert [p.id for p in fake_lium.fake.live_pods()] == [rec["pod_id"]]  # the old pod was removed first
+        with pytest.raises(CommanderError, match="superseded"):
+            w.post("/v1/runs/r1/lease/acquire", {"epoch": 1, "holder": "w1"})
+        admin.post("/v1/runs/r1/cancel")
+        wait_for(lambda: run_of(admin, "r1")["phase"] == "cancelled", 30, "cancelled")
+        wait_for(lambda: not fake_lium.fake.live_pods(), 10, "no pod left")
+    finally:
+        cmd.stop()
+    assert fake_lium.fake.running_processes() == []
+
+
+@pytest.mark.slow
+def test_a_worker_that_never_takes_its_lease_is_replaced_up_to_the_restart_limit(fake_lium, tmp_path):
+    cmd = CommanderProc(tmp_path, fake_lium.env, **{"--start-timeout": "1.5"}).start()
+    try:
+        admin = cmd.client()
+        register(admin, "never", restart_limit=2)
+        rec = wait_for(lambda: (r := run_of(admin, "never"))["phase"] == "failed" and r, 90, "failed")
+        assert rec["restarts"] == 2 and rec["epoch"] == 3 and "restart_limit=2" in rec["message"]
+        assert len(rec["pods"]) == 3 and all(p["removed"] for p in rec["pods"])
+        assert not fake_lium.fake.live_pods()
+        rents = [r for r in fake_lium.fake.requests if r["path"].endswith("/rent")]
+        assert len({r["idempotency_key"] for r in rents}) == 3 == len(rents)  # one key per (run, epoch)
+        assert [r["body"]["pod_name"].rsplit("-", 1)[1] for r in rents] == ["e1", "e2", "e3"]
+        assert all(r["body"]["volume_id"] == rec["volume_id"] for r in rents)  # every pod mounts the run's volume
+    finally:
+        cmd.stop()
+    assert fake_lium.fake.running_processes() == []
+
+
+@pytest.mark.slow
+def test_commander_killed_while_renting_makes_no_second_pod(fake_lium, tmp_path):
+    """The rent's answer is lost (503 after the pod was made) and the commander is SIGKILLed before
+    it learns the pod id: the restarted commander rents again with the same (run, epoch) key and
+    gets the same pod back."""
+    fake_lium.fake.set_faults(rent=[{"status": 503, "after_create": True}])
+    cmd = CommanderProc(tmp_path, fake_lium.env).start()
+    try:
+        admin = cmd.client()
+        register(admin, "once")
+        wait_for(lambda: fake_lium.fake.live_pods(), 30, "the rent", every=0.05)
+        cmd.kill9()  # the SDK is still looking for the pod by name: nothing recorded yet
+        assert run_of_db(cmd, "once")["pod_id"] is None
+        first = [p.id for p in fake_lium.fake.live_pods()]
+        cmd.start()
+        rec = wait_for(lambda: (r := run_of(admin, "once"))["phase"] == "starting" and r, 60, "started")
+        assert [p.id for p in fake_lium.fake.live_pods()] == first == [rec["pod_id"]]
+        assert rec["epoch"] == 1 and rec["restarts"] == 0
+        rents = [r for r in fake_lium.fake.requests if r["path"].endswith("/rent")]
+        assert len(rents) == 2 and len({r["idempotency_key"] for r in rents}) == 1
+        admin.post("/v1/runs/once/cancel")
+        wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
+    finally:
+        cmd.stop()
+
+
+def run_of_db(cmd: CommanderProc, run_id: str) -> dict:
+    from trainstack.commander.store import Store
+
+    store = Store(cmd.db)
+    try:
+        rec = store.run(run_id)
+        assert rec is not None
+        return rec.public()
+    finally:
+        store.close()
+
+
+def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothing(tmp_path):
+    from conftest import run_py
+
+    env = {"TRAINSTACK_COMMANDER_TOKEN": "", "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
+    common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2"]
+    bad = run_py(*common, "+cluster.extra.lium.gpu_typo=H100", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
+    assert bad.returncode == 2 and "cluster.extra.lium.gpu_typo: not a Lium pod setting" in bad.stderr, bad.stderr
+    nodes = run_py(*common, "cluster.num_nodes=2", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
+    assert nodes.returncode == 2 and "cluster.num_nodes: a Lium run is one pod" in nodes.stderr, nodes.stderr
+    no_token = run_py(*common, cwd=tmp_path, env=env)
+    assert no_token.returncode == 2 and "TRAINSTACK_COMMANDER_TOKEN" in no_token.stderr, no_token.stderr
+    assert "openssl rand" in no_token.stderr and "Traceback" not in no_token.stderr + bad.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_worker_progress_reports_the_run_dirs_traces_and_the_hub_commit(tmp_path):
+    """The commander shows what the pod's run dir holds: rollouts from metrics.jsonl (deduplicated), the
+    target from the spec, and the Hub commit of the newest pushed checkpoint from status.json's hub block;
+    a changed metrics file is re-read."""
+    import json
+
+    from trainstack.rundir import RunDir
+    from trainstack.worker import progress
+
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    rd.update_status(state="running", hub={"repo_id": "me/run", "last_pushed": 3, "commit": "c0ffee" * 6, "pending": None})
+    (rd.path / "spec.json").write_text(json.dumps({"args": {"num_rollout": 10}}))
+    lines = [{"step_key": "rollout/step", "step": s, "metrics": {"rollout/raw_reward": r}}
+             for s, r in ((0, 0.1), (1, 0.2), (1, 0.25))]  # rollout 1 redone after a resume
+    rd.metrics_file.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = progress(rd.path)
+    assert (got["rollouts"], got["num_rollout"], got["reward"]) == (2, 10, 0.25)
+    assert (got["hub_commit"], got["hub_pushed"]) == ("c0ffee" * 6, 3)
+    with open(rd.metrics_file, "a") as f:
+        f.write(json.dumps({"step_key": "rollout/step", "step": 2, "metrics": {"rollout/raw_reward": 0.5}}) + "\n")
+    assert (progress(rd.path)["rollouts"], progress(rd.path)["reward"]) == (3, 0.5)

@@ -1,0 +1,180 @@
+"""The fake Lium, driven by the real `lium.io` SDK (no mock of lium anywhere): what trainstack's
+commander relies on (rent with an idempotency key, wait until ready, exec with env, upload,
+detached processes, remove, volumes) and the faults it must survive."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from lium_fixtures import skip_without_pods
+
+
+def cheap_node(lium):
+    return min(lium.ls(gpu_type="RTX4090"), key=lambda e: e.price_per_hour)
+
+
+def rent(lium, name: str, **kw):
+    return lium.up(executor_id=cheap_node(lium).id, name=name, wait=True, timeout=30, enable_backups=False, **kw)
+
+
+def test_sdk_full_cycle_on_a_pod(fake_lium, tmp_path):
+    with fake_lium.sdk() as lium:
+        assert {e.gpu_type for e in lium.ls()} == {"H100", "RTX4090"}
+        assert [e.gpu_count for e in lium.ls(gpu_type="H100")] == [8, 8]
+        pod = rent(lium, "ts-cycle")
+        assert pod.status == "RUNNING" and pod.ssh_cmd.startswith("ssh root@127.0.0.1 -p ")
+        assert [p.id for p in lium.ps()] == [pod.id]
+        out = lium.exec(pod, command='echo "$SECRET_THING"; ps -o args= -e', env={"SECRET_THING": "s3 cr$t 'q'"})
+        assert out["exit_code"] == 0
+        assert out["stdout"].splitlines()[0] == "s3 cr$t 'q'"
+        assert "s3 cr" not in "".join(out["stdout"].splitlines()[1:])  # the value is not in any argv on the pod
+        assert lium.exec(pod, command="exit 7")["exit_code"] == 7
+        (tmp_path / "spec.json").write_text('{"a": 1}')
+        lium.upload(pod, local=str(tmp_path / "spec.json"), remote="/workspace/runs/r1/")  # a trailing / makes the dir
+        got = lium.exec(pod, command="cat /workspace/runs/r1/spec.json; echo; ls /tmp | wc -l; python3 -c 'import trainstack'")
+        assert got["stdout"].split() == ['{"a":', '1}', "0"] and got["exit_code"] == 0  # own /tmp; trainstack in the image
+        assert not (Path("/workspace") / "runs").exists()  # the pod's /workspace is its own
+        job = lium.exec(pod, command="sleep 600", detach=True, log_path="/workspace/logs/sleep.log")
+        assert job["pid"] > 0
+        assert len(fake_lium.fake.running_processes()) >= 2  # sshd + the detached sleep
+        lium.rm(pod)
+        assert lium.ps() == []
+    assert fake_lium.fake.running_processes() == []  # removing the pod killed the detached (setsid) job too
+
+
+def test_rent_with_the_same_idempotency_key_is_one_pod(fake_lium):
+    with fake_lium.sdk() as lium:
+        a = rent(lium, "ts-idem", idempotency_key="run-1:epoch-1")
+        b = lium.up(executor_id=cheap_node(lium).id, name="ts-idem", idempotency_key="run-1:epoch-1",
+                    enable_backups=False)
+        assert b["id"] == a.id and len(lium.ps()) == 1
+        rents = [r for r in fake_lium.fake.requests if r["path"].endswith("/rent")]
+        assert [r["idempotency_key"] for r in rents] == ["run-1:epoch-1"] * 2
+
+
+def test_every_endpoint_needs_the_api_key(fake_lium):
+    for path in ("/pods", "/executors", "/volumes", "/templates", "/_fake/state"):
+        req = urllib.request.Request(fake_lium.url + path, headers={"X-API-KEY": "wrong"})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=5)
+        assert err.value.code == 401
+    from lium import Config, Lium
+    from lium.sdk.exceptions import LiumAuthError
+
+    with pytest.raises(LiumAuthError):
+        Lium(config=Config(api_key="wrong", base_url=fake_lium.url)).ps()
+
+
+def test_volume_outlives_its_pod_and_is_attached_to_one_pod_at_a_time(fake_lium):
+    from lium.sdk.exceptions import LiumError
+
+    with fake_lium.sdk() as lium:
+        vol = lium.volume_create("ts-run-1")
+        a = rent(lium, "ts-a", volume_id=vol.id)
+        assert lium.exec(a, command="mkdir -p /mnt/runs && echo 41 > /mnt/runs/tracker")["exit_code"] == 0
+        with pytest.raises(LiumError, match="409"):
+            lium.up(executor_id=cheap_node(lium).id, name="ts-b", volume_id=vol.id, enable_backups=False)
+        lium.rm(a)
+        b = rent(lium, "ts-b", volume_id=vol.id)
+        assert lium.exec(b, command="cat /mnt/runs/tracker")["stdout"].strip() == "41"
+        assert [v.name for v in lium.volumes()] == ["ts-run-1"]
+        lium.rm(b)
+
+
+def test_killed_pod_takes_every_process_with_it(fake_lium):
+    with fake_lium.sdk() as lium:
+        pod = rent(lium, "ts-kill")
+        lium.exec(pod, command="(setsid sleep 600 & nohup sleep 601 &) >/dev/null 2>&1 </dev/null", timeout=10)
+        lium.exec(pod, command="sleep 602", detach=True, log_path="/workspace/logs/x.log")
+        assert len(fake_lium.fake.running_processes()) >= 4
+        fake_lium.fake.kill_pod(pod.id, listed="failed")
+        assert fake_lium.fake.running_processes() == []
+        assert [p.status for p in lium.ps()] == ["FAILED"]
+        lium.rm(pod)  # a failed pod still bills until removed
+        assert lium.ps() == []
+
+
+def test_freeze_and_thaw_stop_and_continue_every_process(fake_lium):
+    with fake_lium.sdk() as lium:
+        pod = rent(lium, "ts-freeze")
+        lium.exec(pod, command="sh -c 'while :; do date +%s%N >> /workspace/ticks; sleep 0.05; done'", detach=True,
+                  log_path="/workspace/logs/t.log")
+        time.sleep(0.5)
+        assert fake_lium.fake.freeze_pod(pod.id) >= 2
+        ws = Path(fake_lium.fake.state()["pods"][0]["workspace"])
+        n = len((ws / "ticks").read_text().split())
+        time.sleep(0.6)
+        assert len((ws / "ticks").read_text().split()) == n
+        fake_lium.fake.thaw_pod(pod.id)
+        time.sleep(0.5)
+        assert len((ws / "ticks").read_text().split()) > n
+        lium.rm(pod)
+    assert fake_lium.fake.running_processes() == []
+
+
+def test_never_ready_and_slow_pods(fake_lium):
+    with fake_lium.sdk() as lium:
+        fake_lium.fake.set_faults(never_ready=1)
+        created = lium.up(executor_id=cheap_node(lium).id, name="ts-stuck", enable_backups=False)
+        assert lium.wait_ready(created, timeout=3) is None
+        assert [p.status for p in lium.ps()] == ["PENDING"]
+        lium.rm(lium.ps()[0])
+        fake_lium.fake.set_faults(ready_delay_s=2.0)
+        t0 = time.monotonic()
+        pod = rent(lium, "ts-slow")
+        assert time.monotonic() - t0 >= 2.0 and pod.status == "RUNNING"
+        lium.rm(pod)
+
+
+def test_removal_that_leaves_the_pod_running(fake_lium):
+    with fake_lium.sdk() as lium:
+        pod = rent(lium, "ts-linger")
+        fake_lium.fake.set_faults(delete_leaves_running=1)
+        lium.rm(pod)
+        assert lium.ps() == [] and fake_lium.fake.running_processes() != []  # the platform lost the node
+    fake_lium.fake.close()
+    assert fake_lium.fake.running_processes() == []
+
+
+@pytest.mark.slow
+def test_rent_answer_lost_after_create_is_one_pod_and_rate_limit_is_retried(fake_lium):
+    """The SDK's own recovery against the fake: a 503 after the pod was made finds it by name
+    (no second pod); a 429 before anything was made sends the rent once more."""
+    with fake_lium.sdk() as lium:
+        fake_lium.fake.set_faults(rent=[{"status": 503, "after_create": True}])
+        got = lium.up(executor_id=cheap_node(lium).id, name="ts-lost", enable_backups=False, idempotency_key="k-lost")
+        assert len(lium.ps()) == 1 and got["id"] == lium.ps()[0].id
+        fake_lium.fake.set_faults(rent=[{"status": 429, "retry_after": 1}])
+        got2 = lium.up(executor_id=cheap_node(lium).id, name="ts-429", enable_backups=False)
+        assert sorted(p.name for p in lium.ps()) == ["ts-429", "ts-lost"] and got2["name"] == "ts-429"
+        for p in lium.ps():
+            lium.rm(p)
+
+
+def test_lium_local_script_up_status_down(tmp_path):
+    skip_without_pods()
+    env = {**os.environ, "LIUM_LOCAL_ROOT": str(tmp_path / "ll")}
+    script = str(ROOT / "scripts" / "lium-local.sh")
+    up = subprocess.run([script, "up"], env=env, capture_output=True, text=True, timeout=60)
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+        assert set(exports) >= {"LIUM_BASE_URL", "LIUM_API_KEY", "LIUM_SSH_KEY_PATH"}
+        again = subprocess.run([script, "up"], env=env, capture_output=True, text=True, timeout=30)
+        assert again.stdout == up.stdout  # idempotent: the same fake
+        lium = subprocess.run([str(ROOT / ".venv" / "bin" / "lium"), "ps", "--format", "json"], capture_output=True,
+                              text=True, timeout=60, env={**env, **exports, "HOME": str(tmp_path / "home")})
+        assert lium.returncode == 0 and json.loads(lium.stdout) == [], lium.stderr
+        st = subprocess.run([script, "status"], env=env, capture_output=True, text=True, timeout=30)
+        assert "0 pod(s)" in st.stdout
+    finally:
+        down = subprocess.run([script, "down"], env=env, capture_output=True, text=True, timeout=30)
+    assert down.returncode == 0 and "stopped" in down.stderr
+    assert not (tmp_path / "ll" / "fake.json").exists()

@@ -1,0 +1,296 @@
+"""The commander's HTTP API (FastAPI). Every endpoint needs a token (`Authorization: Bearer ...`,
+compared in constant time): the admin token (the launcher, `trainstack status/cancel/logs`) or a
+run's worker token (only that run's lease endpoints). Every change is committed before the answer.
+
+Workers:   POST /v1/runs/{id}/lease/acquire | renew | report   (fenced: epoch + holder)
+Admin:     POST /v1/runs (register), GET /v1/runs[?sweep=], GET /v1/runs/{id}, GET /v1/runs/{id}/events,
+           GET /v1/leases, GET /v1/events, POST /v1/runs/{id}/cancel | pause | resume,
+           POST /v1/runs/{id}/lease/force-release, GET /v1/runs/{id}/logs, PUT /v1/sweeps/{sweep}
+"""
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any, Callable, Optional
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from trainstack.commander.reconciler import CommanderConfig, worker_log_path
+from trainstack.commander.store import TERMINAL_PHASES, Store
+from trainstack.commander.provider import PodRequest
+
+
+class Register(BaseModel):
+    run_id: str = Field(min_length=1, max_length=128)
+    spec: dict[str, Any]
+    settings: dict[str, Any] = Field(default_factory=dict)
+    sweep: Optional[str] = None
+    restart_limit: int = Field(default=5, ge=0, le=1000)
+    spend_limit: Optional[float] = Field(default=None, gt=0)
+    sweep_spend_limit: Optional[float] = Field(default=None, gt=0)
+
+
+class Acquire(BaseModel):
+    epoch: int
+    holder: str = Field(min_length=1, max_length=200)
+    pod_id: Optional[str] = None
+
+
+class Renew(BaseModel):
+    epoch: int
+    holder: str
+    progress: dict[str, Any] = Field(default_factory=dict)
+
+
+class Report(BaseModel):
+    epoch: int
+    holder: str
+    state: str = Field(pattern="^(finished|failed|preempted|stopped|released)$")
+    exit_code: Optional[int] = None
+    message: Optional[str] = Field(default=None, max_length=4000)
+    progress: dict[str, Any] = Field(default_factory=dict)
+    log_tail: Optional[str] = Field(default=None, max_length=70000)
+
+
+class SweepLimit(BaseModel):
+    spend_limit: Optional[float] = Field(default=None, gt=0)
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_token: Callable[[str], str],
+               reconciler: Any = None) -> FastAPI:
+    app = FastAPI(title="trainstack commander", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def bearer(request: Request) -> str:
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise HTTPException(401, "missing token (Authorization: Bearer ...)")
+        return token
+
+    def admin(token: str = Depends(bearer)) -> None:
+        if not _same(token, admin_token):
+            raise HTTPException(403, "admin token required")
+
+    def worker_of(run_id: str, token: str = Depends(bearer)) -> None:
+        if not (_same(token, worker_token(run_id)) or _same(token, admin_token)):
+            raise HTTPException(403, "not a token of this run")
+
+    def get_run(run_id: str):
+        rec = store.run(run_id)
+        if rec is None:
+            raise HTTPException(404, f"no run {run_id}")
+        return rec
+
+    def progress_fields(progress: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"progress": progress}
+        if isinstance(progress.get("last_checkpoint"), int):
+            out["last_checkpoint"] = progress["last_checkpoint"]
+        if progress.get("hub_commit"):
+            out["last_hub_commit"] = str(progress["hub_commit"])
+        return out
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request: Request, exc: HTTPException):
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+    @app.get("/v1/health", dependencies=[Depends(admin)])
+    def health() -> dict[str, Any]:
+        return {"ok": True, "runs": len(store.runs()), "time": time.time()}
+
+    # ------------------------------------------------------------------ runs (admin)
+    @app.post("/v1/runs", dependencies=[Depends(admin)])
+    def register(body: Register) -> dict[str, Any]:
+        now = time.time()
+        settings = PodRequest.from_dict(body.settings).to_dict()
+        with store.tx() as db:
+            row = db.execute("SELECT phase, desired, spec FROM runs WHERE run_id=?", (body.run_id,)).fetchone()
+            if row is not None and row["phase"] not in TERMINAL_PHASES:
+                import json
+
+                same = json.loads(row["spec"]) == body.spec
+                if not same:
+                    raise HTTPException(409, f"run {body.run_id} is active ({row['phase']}) with a different spec; "
+                                             "cancel it first")
+                return {"run_id": body.run_id, "registered": False, "phase": row["phase"]}
+            fields: dict[str, Any] = dict(sweep=body.sweep, spec=body.spec, settings=settings, desired="running", phase="pending",
+                          restarts=0, restart_limit=body.restart_limit, next_attempt=0.0, deadline=None,
+                          spend_limit=body.spend_limit, exit_code=None, message=None, lease_holder=None,
+                          lease_expires=None, pod_id=None)
+            if row is None:
+                import json
+
+                db.execute("INSERT INTO runs(run_id, spec, settings, desired, phase, created, updated) "
+                           "VALUES (?,?,?,?,?,?,?)", (body.run_id, json.dumps(body.spec), json.dumps(settings),
+                                                      "running", "pending", now, now))
+            Store.update(db, body.run_id, **fields)
+            Store.event(db, body.run_id, "registered", None, sweep=body.sweep, again=row is not None)
+            if body.sweep and body.sweep_spend_limit is not None:
+                db.execute("INSERT INTO sweeps(sweep, spend_limit) VALUES (?,?) ON CONFLICT(sweep) DO UPDATE SET "
+                           "spend_limit=excluded.spend_limit", (body.sweep, body.sweep_spend_limit))
+        return {"run_id": body.run_id, "registered": True, "phase": "pending"}
+
+    @app.get("/v1/runs", dependencies=[Depends(admin)])
+    def list_runs(sweep: Optional[str] = None) -> list[dict[str, Any]]:
+        return [r.public() for r in store.runs(sweep=sweep, with_pods=True)]
+
+    @app.get("/v1/runs/{run_id}", dependencies=[Depends(admin)])
+    def read_run(run_id: str) -> dict[str, Any]:
+        return get_run(run_id).public()
+
+    @app.get("/v1/runs/{run_id}/spec", dependencies=[Depends(admin)])
+    def read_spec(run_id: str) -> dict[str, Any]:
+        return get_run(run_id).spec
+
+    @app.get("/v1/runs/{run_id}/events", dependencies=[Depends(admin)])
+    def run_events(run_id: str, after: int = 0) -> list[dict[str, Any]]:
+        get_run(run_id)
+        return store.events(run_id, after=after)
+
+    @app.get("/v1/events", dependencies=[Depends(admin)])
+    def all_events(after: int = 0) -> list[dict[str, Any]]:
+        return store.events(None, after=after)
+
+    @app.get("/v1/leases", dependencies=[Depends(admin)])
+    def leases() -> list[dict[str, Any]]:
+        now = time.time()
+        return [{"run_id": r.run_id, "epoch": r.epoch, "holder": r.lease_holder, "expires": r.lease_expires,
+                 "live": r.lease_live(now), "phase": r.phase} for r in store.runs()]
+
+    def set_desired(run_id: str, desired: str) -> dict[str, Any]:
+        with store.tx() as db:
+            row = db.execute("SELECT phase, epoch FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise HTTPException(404, f"no run {run_id}")
+            if desired == "running":
+                if row["phase"] not in ("paused",):
+                    raise HTTPException(409, f"run {run_id} is {row['phase']}; only a paused run can be resumed")
+                Store.update(db, run_id, desired="running", phase="pending", next_attempt=0.0, restarts=0, message=None)
+            elif row["phase"] in TERMINAL_PHASES:
+                return {"run_id": run_id, "phase": row["phase"], "changed": False}
+            else:
+                Store.update(db, run_id, desired=desired)
+            Store.event(db, run_id, f"desired_{desired}", row["epoch"])
+        return {"run_id": run_id, "desired": desired, "changed": True}
+
+    @app.post("/v1/runs/{run_id}/cancel", dependencies=[Depends(admin)])
+    def cancel(run_id: str) -> dict[str, Any]:
+        return set_desired(run_id, "cancelled")
+
+    @app.post("/v1/runs/{run_id}/pause", dependencies=[Depends(admin)])
+    def pause(run_id: str) -> dict[str, Any]:
+        return set_desired(run_id, "paused")
+
+    @app.post("/v1/runs/{run_id}/resume", dependencies=[Depends(admin)])
+    def resume(run_id: str) -> dict[str, Any]:
+        return set_desired(run_id, "running")
+
+    @app.put("/v1/sweeps/{sweep:path}", dependencies=[Depends(admin)])
+    def sweep_limit(sweep: str, body: SweepLimit) -> dict[str, Any]:
+        store.set_sweep_limit(sweep, body.spend_limit)
+        return {"sweep": sweep, "spend_limit": body.spend_limit, "cost_usd": store.sweep_cost(sweep)}
+
+    @app.post("/v1/runs/{run_id}/lease/force-release", dependencies=[Depends(admin)])
+    def force_release(run_id: str) -> dict[str, Any]:
+        """Admin only: drop the lease now (its worker is fenced out at its next write)."""
+        with store.tx() as db:
+            row = db.execute("SELECT epoch, lease_holder FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise HTTPException(404, f"no run {run_id}")
+            Store.update(db, run_id, lease_holder=None, lease_expires=None, phase="lost",
+                         message="lease force-released by an admin")
+            Store.event(db, run_id, "lease_forced", row["epoch"], holder=row["lease_holder"])
+        return {"run_id": run_id, "released": row["lease_holder"]}
+
+    @app.get("/v1/runs/{run_id}/logs", dependencies=[Depends(admin)])
+    def logs(run_id: str, which: str = "trainer", offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+        rec = get_run(run_id)
+        req = PodRequest.from_dict(rec.settings)
+        from trainstack.rundir import layout
+
+        path = (f"{req.run_dir(run_id)}/{layout.LOGS}/{layout.TRAINER_LOG}" if which == "trainer"
+                else worker_log_path(req, run_id, rec.epoch))
+        live = rec.pod_id and rec.phase in ("starting", "running", "stopping") and reconciler is not None
+        if live:
+            try:
+                data = reconciler.provider.read(rec.pod_id, path, offset=offset, limit=limit)
+            except Exception as ex:  # noqa: BLE001 - the pod may be going away
+                raise HTTPException(503, f"cannot read {path} on pod {rec.pod_id}: {ex}") from None
+            text = "" if data is None else data.decode("utf-8", "replace")
+            return {"source": "pod", "pod_id": rec.pod_id, "path": path, "offset": offset + len(data or b""),
+                    "text": text, "phase": rec.phase}
+        return {"source": "commander", "pod_id": None, "path": path, "offset": offset, "phase": rec.phase,
+                "text": (rec.log_tail or "") if offset == 0 else ""}
+
+    # ------------------------------------------------------------------ lease (worker)
+    @app.post("/v1/runs/{run_id}/lease/acquire")
+    def acquire(run_id: str, body: Acquire, _auth: None = Depends(worker_of)) -> dict[str, Any]:
+        now = time.time()
+        with store.tx() as db:
+            row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
+                raise HTTPException(404, f"no run {run_id}")
+            if body.epoch != row["epoch"]:
+                raise HTTPException(409, f"epoch {body.epoch} is superseded (current {row['epoch']})")
+            if row["desired"] != "running" or row["phase"] not in ("provisioning", "starting", "running"):
+                raise HTTPException(409, f"run is {row['phase']} (desired {row['desired']}); nothing to train")
+            holder, expires = row["lease_holder"], row["lease_expires"] or 0
+            if holder and holder != body.holder and expires > now:
+                raise HTTPException(409, f"lease held by {holder}")
+            Store.update(db, run_id, epoch=body.epoch, lease_holder=body.holder,
+                         lease_expires=now + config.lease_ttl_s, phase="running", deadline=None)
+            Store.event(db, run_id, "lease_acquired", body.epoch, holder=body.holder, pod_id=body.pod_id)
+        return {"run_id": run_id, "epoch": body.epoch, "ttl_s": config.lease_ttl_s, "heartbeat_s": config.heartbeat_s,
+                "deadline_s": config.worker_deadline_s, "desired": "running"}
+
+    def _holding(db, run_id: str, epoch: int, holder: str, now: float):
+        row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        if row is None:
+            raise HTTPException(404, f"no run {run_id}")
+        if epoch != row["epoch"]:
+            raise HTTPException(409, f"epoch {epoch} is superseded (current {row['epoch']})")
+        if row["lease_holder"] != holder:
+            raise HTTPException(409, "not the lease holder")
+        if (row["lease_expires"] or 0) <= now:
+            raise HTTPException(409, "lease expired")
+        return row
+
+    @app.post("/v1/runs/{run_id}/lease/renew")
+    def renew(run_id: str, body: Renew, _auth: None = Depends(worker_of)) -> dict[str, Any]:
+        now = time.time()
+        with store.tx() as db:
+            row = _holding(db, run_id, body.epoch, body.holder, now)
+            Store.update(db, run_id, epoch=body.epoch, lease_expires=now + config.lease_ttl_s,
+                         **progress_fields(body.progress))
+            last = row["last_checkpoint"]
+            ck = body.progress.get("last_checkpoint")
+            if isinstance(ck, int) and ck != last:
+                Store.event(db, run_id, "checkpoint", body.epoch, iteration=ck)
+        return {"desired": row["desired"], "ttl_s": config.lease_ttl_s, "expires_in": config.lease_ttl_s}
+
+    @app.post("/v1/runs/{run_id}/lease/report")
+    def report(run_id: str, body: Report, _auth: None = Depends(worker_of)) -> dict[str, Any]:
+        """The worker's last word for its epoch; the lease is released."""
+        now = time.time()
+        with store.tx() as db:
+            row = _holding(db, run_id, body.epoch, body.holder, now)
+            desired = row["desired"]
+            phase = {"finished": "finished", "failed": "failed", "preempted": "lost"}.get(body.state)
+            if phase is None:  # stopped / released: what the run should be doing decides
+                phase = desired if desired in ("cancelled", "paused") else "lost"
+            message = row["message"] if body.state == "stopped" and row["message"] else body.message  # keep why
+            Store.update(db, run_id, epoch=body.epoch, lease_holder=None, lease_expires=None, phase=phase,
+                         exit_code=body.exit_code, message=message, log_tail=body.log_tail,
+                         **progress_fields(body.progress))
+            Store.event(db, run_id, f"worker_{body.state}", body.epoch, exit_code=body.exit_code,
+                        message=body.message, last_checkpoint=body.progress.get("last_checkpoint"))
+        if reconciler is not None:
+            reconciler.refresh()
+        return {"run_id": run_id, "phase": phase}
+
+    return app

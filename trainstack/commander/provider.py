@@ -1,0 +1,175 @@
+"""Pods through the Lium Python SDK (`lium.io`; never the CLI's output): what the reconciler needs.
+
+`PodRequest` is what a run asks for (from `cluster.extra.lium` of its preset); `LiumProvider`
+picks a node, rents with an idempotency key, waits until the pod is ready, puts files, starts
+the worker detached (secrets only through the exec environment, which the SDK sends over the
+SSH session's stdin: never argv, never a file), reads logs and removes pods.
+"""
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import shlex
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Keys of `cluster.extra.lium` (the launcher refuses any other).
+@dataclass
+class PodRequest:
+    """The pod a run needs and where things live on it."""
+
+    gpu_type: str | None = None  # e.g. H100 (Lium's short name); None: any
+    gpu_count: int = 1  # GPUs the node must have
+    executor_id: str | None = None  # pin one node (UUID or HUID)
+    template_id: str | None = None  # a Lium template with trainstack's image (docs/lium.md)
+    image: str | None = None  # or a Docker image (one-time template made by Lium)
+    max_price_per_hour: float | None = None  # USD per hour for the whole pod
+    countries: list[str] = field(default_factory=list)  # ISO codes; empty: anywhere
+    volume: str | None = "auto"  # auto: one volume per run (trainstack-<run_id>); None: none; else an id
+    volume_mount: str = "/mnt"  # where the template mounts the volume
+    workdir: str = "/workspace/trainstack"  # pod-local scratch (logs of the worker, data)
+    python: str = "python3"  # the image's interpreter with trainstack installed
+    ready_timeout_s: float = 900.0
+    termination_hours: int | None = None  # Lium removes the pod after this many hours, whatever happens
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "PodRequest":
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in (d or {}).items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def run_dir(self, run_id: str) -> str:
+        """The run directory on the pod: on the volume when there is one (it outlives the pod)."""
+        base = posixpath.join(self.volume_mount, "trainstack") if self.volume else self.workdir
+        return posixpath.join(base, "runs", run_id)
+
+
+@dataclass
+class PodRef:
+    id: str
+    name: str
+    price_per_hour: float = 0.0
+    status: str = ""
+
+
+class NoNode(RuntimeError):
+    """No node matches the request right now (retried with backoff)."""
+
+
+def pod_name(run_id: str, epoch: int) -> str:
+    """`ts-<run_id>-<hash>-e<epoch>`: readable in `lium ps`, unique per (run, epoch), < 64 chars."""
+    digest = hashlib.sha1(run_id.encode()).hexdigest()[:6]
+    return f"ts-{run_id[:40]}-{digest}-e{epoch}"
+
+
+def idempotency_key(run_id: str, epoch: int) -> str:
+    """One key per (run, epoch): a retried rent (or one after a commander restart) makes no second pod."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"trainstack:{run_id}:{epoch}"))
+
+
+class LiumProvider:
+    """The Lium SDK, configured from the environment (LIUM_API_KEY, LIUM_BASE_URL, LIUM_SSH_KEY_PATH)."""
+
+    def _lium(self):
+        from lium import Lium
+
+        return Lium()
+
+    @staticmethod
+    def _info(lium, pod_id: str):
+        for p in lium.ps():
+            if p.id == pod_id:
+                return p
+        from lium.sdk.exceptions import LiumNotFoundError
+
+        raise LiumNotFoundError(f"pod {pod_id} is not listed")
+
+    # ---------------------------------------------------------------- nodes, volumes, pods
+    def choose_node(self, lium, req: PodRequest):
+        if req.executor_id:
+            node = lium.get_executor(req.executor_id)
+            if node is None:
+                raise NoNode(f"executor {req.executor_id} is not listed")
+            return node
+        nodes = [n for n in lium.ls(gpu_type=req.gpu_type) if n.gpu_count >= req.gpu_count]
+        if req.max_price_per_hour is not None:
+            nodes = [n for n in nodes if n.price_per_hour <= req.max_price_per_hour]
+        if req.countries:
+            wanted = {c.upper() for c in req.countries}
+            nodes = [n for n in nodes if str((n.location or {}).get("country", "")).upper() in wanted]
+        if not nodes:
+            raise NoNode(f"no node with {req.gpu_count}x {req.gpu_type or 'any GPU'}"
+                         + (f" at <= ${req.max_price_per_hour}/h" if req.max_price_per_hour is not None else "")
+                         + (f" in {','.join(req.countries)}" if req.countries else ""))
+        return min(nodes, key=lambda n: (n.price_per_hour, n.id))
+
+    def ensure_volume(self, name: str) -> str:
+        with self._lium() as lium:
+            for v in lium.volumes():
+                if v.name == name:
+                    return v.id
+            return lium.volume_create(name, description="trainstack run volume").id
+
+    def rent(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
+        with self._lium() as lium:
+            node = self.choose_node(lium, req)
+            created = lium.up(executor_id=node.id, name=name, template_id=req.template_id, image=req.image,
+                              volume_id=volume_id, idempotency_key=key, enable_backups=False,
+                              termination_hours=req.termination_hours)
+            return PodRef(id=str(created["id"]), name=name, price_per_hour=float(node.price_per_hour))
+
+    def wait_ready(self, pod_id: str, timeout: float) -> bool:
+        with self._lium() as lium:
+            return lium.wait_ready(pod_id, timeout=int(max(1, timeout))) is not None
+
+    def list_pods(self) -> dict[str, PodRef]:
+        with self._lium() as lium:
+            return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper()) for p in lium.ps()}
+
+    def remove(self, pod_id: str) -> None:
+        from lium.sdk.exceptions import LiumNotFoundError
+
+        with self._lium() as lium:
+            try:
+                lium.rm(self._info(lium, pod_id))
+            except LiumNotFoundError:
+                return
+
+    # ---------------------------------------------------------------- on a pod
+    def put_file(self, pod_id: str, remote: str, data: bytes) -> None:
+        """Write a file on the pod: upload next to it, then rename (a reader never sees half)."""
+        with self._lium() as lium, tempfile.TemporaryDirectory() as tmp:
+            pod = self._info(lium, pod_id)
+            local = Path(tmp) / posixpath.basename(remote)
+            local.write_bytes(data)
+            partial = f"{remote}.upload"
+            mk = lium.exec(pod, command=f"mkdir -p {shlex.quote(posixpath.dirname(remote))}", timeout=60)
+            if mk["exit_code"] != 0:
+                raise RuntimeError(f"mkdir on pod {pod_id} failed: {mk['stderr'].strip()}")
+            lium.upload(pod, local=str(local), remote=partial)
+            mv = lium.exec(pod, command=f"mv -f {shlex.quote(partial)} {shlex.quote(remote)}", timeout=60)
+            if mv["exit_code"] != 0:
+                raise RuntimeError(f"rename on pod {pod_id} failed: {mv['stderr'].strip()}")
+
+    def start(self, pod_id: str, argv: list[str], env: dict[str, str], log_path: str) -> int:
+        """Start argv detached (setsid, survives the SSH session); env goes over stdin, not argv."""
+        with self._lium() as lium:
+            pod = self._info(lium, pod_id)
+            out = lium.exec(pod, command=shlex.join(argv), env=env, detach=True, log_path=log_path, timeout=60)
+            return int(out["pid"])
+
+    def read(self, pod_id: str, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes | None:
+        """Bytes of a file on the pod from `offset` (None when the file does not exist)."""
+        with self._lium() as lium:
+            pod = self._info(lium, pod_id)
+            q = shlex.quote(path)
+            out = lium.exec(pod, command=f"test -f {q} || exit 3; tail -c +{int(offset) + 1} {q} | head -c {int(limit)}",
+                            timeout=60)
+            if out["exit_code"] == 3:
+                return None
+            return out["stdout"].encode()

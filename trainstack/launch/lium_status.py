@@ -1,0 +1,120 @@
+"""`trainstack status | cancel | logs` for runs registered with the Lium commander (a `lium.json`
+in the run dir names the commander): the commander's record is the truth about pod, phase,
+lease epoch, restarts, last checkpoint, Hub commit and cost; the run dir on the submit host only
+holds the spec."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainstack.rundir import RunDir, layout
+
+
+def is_lium(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / layout.LIUM).is_file()
+
+
+def _client(run_dir: str | Path):
+    import os
+
+    from trainstack.commander.client import CommanderClient
+    from trainstack.commander.server import TOKEN_ENV, URL_ENV
+
+    rec = RunDir(run_dir).read(layout.LIUM, {}) or {}
+    url = os.environ.get(URL_ENV) or rec.get("commander_url")
+    token = os.environ.get(TOKEN_ENV, "")
+    if not url or not token:
+        return None, f"set {TOKEN_ENV}" + ("" if url else f" and {URL_ENV}") + " to ask the Lium commander"
+    return CommanderClient(url, token), None
+
+
+def record(run_dir: str | Path, run_id: str) -> tuple[dict[str, Any] | None, str | None]:
+    from trainstack.commander.client import CommanderError
+
+    client, why = _client(run_dir)
+    if client is None:
+        return None, why
+    try:
+        return client.get(f"/v1/runs/{run_id}"), None
+    except CommanderError as ex:
+        return None, f"commander: {ex.detail}"
+
+
+def fill_lium(rows: Sequence[Any]) -> None:
+    for r in rows:
+        if not is_lium(r.run_dir):
+            continue
+        rec, why = record(r.run_dir, r.run_id)
+        if rec is None:
+            r.scheduler, r.reason = "lium ?", why
+            continue
+        r.scheduler = rec["phase"] + ("" if rec["desired"] in ("running", rec["phase"]) else f" -> {rec['desired']}")
+        r.reason = rec.get("message") if rec["phase"] in ("failed", "paused", "pending", "lost") else None
+        r.state = rec["phase"] if rec["phase"] in ("finished", "failed", "cancelled", "paused") else (
+            "running" if rec["phase"] == "running" else r.state)
+        r.pod, r.epoch, r.restarts = rec.get("pod_id"), rec.get("epoch"), rec.get("restarts") or 0
+        r.cost_usd, r.hub_commit = rec.get("cost_usd"), rec.get("last_hub_commit")
+        if rec.get("last_checkpoint") is not None:
+            r.last_checkpoint = rec["last_checkpoint"]
+        progress = rec.get("progress") or {}
+        if progress.get("reward") is not None:
+            r.reward = progress["reward"]
+        r.target = progress.get("num_rollout") or r.target
+        r.rollouts = progress.get("rollouts") if progress.get("rollouts") is not None else r.rollouts
+        if progress.get("hub_pushed") is not None:
+            r.hub_pushed = progress["hub_pushed"]
+        r.job_id = (rec.get("pod_id") or "")[:8] or None
+        r.logs = {"trainer": f"trainstack logs {r.run_id}"}
+
+
+def cancel_lium(rows: Sequence[Any], dry: bool) -> int:
+    from trainstack.commander.client import CommanderError
+
+    code = 0
+    for r in rows:
+        client, why = _client(r.run_dir)
+        if client is None:
+            print(f"trainstack cancel: {r.run_id}: {why}", file=sys.stderr)
+            code = 2
+            continue
+        print(f"cancel {r.run_id} (Lium commander {client.url})", file=sys.stderr)
+        if dry:
+            continue
+        try:
+            client.post(f"/v1/runs/{r.run_id}/cancel")
+        except CommanderError as ex:
+            print(f"trainstack cancel: {r.run_id}: {ex.detail}", file=sys.stderr)
+            code = 1
+    return code
+
+
+def logs(run_dir: str | Path, run_id: str, follow: bool, which: str = "trainer", poll_s: float = 2.0) -> int:
+    """Print the run's trainer (or worker) log from its pod; with follow, until the run ends."""
+    from trainstack.commander.client import CommanderError
+
+    client, why = _client(run_dir)
+    if client is None:
+        print(f"trainstack logs: {why}", file=sys.stderr)
+        return 2
+    offset = 0
+    while True:
+        try:
+            got = client.get(f"/v1/runs/{run_id}/logs?which={which}&offset={offset}")
+        except CommanderError as ex:
+            if follow and ex.status == 503:  # the pod is being replaced
+                time.sleep(poll_s)
+                continue
+            print(f"trainstack logs: {ex.detail}", file=sys.stderr)
+            return 1
+        sys.stdout.write(got["text"])
+        sys.stdout.flush()
+        if got["source"] == "pod":
+            offset = got["offset"]
+        if not follow or got["phase"] in ("finished", "failed", "cancelled", "paused"):
+            if got["source"] == "commander" and not got["text"]:
+                print(f"trainstack logs: {run_id} has no pod now ({got['phase']}) and no saved log tail",
+                      file=sys.stderr)
+            return 0
+        time.sleep(poll_s)

@@ -1,0 +1,319 @@
+"""`python -m trainstack.worker`: the entrypoint on a Lium pod. It trains only while it holds the
+run's lease from the commander.
+
+1. Take the lease for the epoch the commander started us with (a superseded epoch: exit at once).
+2. Run the stored spec with `trainstack exec RUN_DIR` (lifecycle: run-dir lease, resume plan from
+   the newest complete checkpoint on the volume, or the Hub when the plan finds one there; events,
+   status) in its own process group. The run-dir lease of an older epoch's trainer is taken over:
+   the commander's newer epoch proves that trainer was superseded.
+3. Renew every heartbeat, sending progress (last checkpoint, Hub commit, reward).
+   - renewal refused (superseded, expired, force-released): SIGKILL the trainer's group at once:
+     the run belongs to someone else now, and a final checkpoint would be a second writer;
+   - commander unreachable for longer than the deadline (< TTL): stop the trainer (SIGTERM, a
+     short grace, then SIGKILL of the group) and keep trying; if the lease is still ours when
+     the commander answers, start `trainstack exec` again (it resumes);
+   - woken after a freeze longer than the TTL: SIGKILL first, ask after;
+   - the run should stop (cancel, pause, spend limit): SIGTERM -> final checkpoint -> report.
+4. SIGTERM to the worker (the pod is going away): the trainer checkpoints within its grace
+   period, the worker reports PREEMPTED and releases.
+The worker reports how the trainer ended (finished / failed / stopped) with the tail of its log.
+
+Environment (set by the commander through the exec environment, never files):
+TRAINSTACK_COMMANDER_URL, TRAINSTACK_COMMANDER_TOKEN, TRAINSTACK_RUN_ID, TRAINSTACK_COMMANDER_EPOCH,
+TRAINSTACK_POD_ID, TRAINSTACK_RUN_DIR; plus the forwarded secrets (WANDB_API_KEY, HF_TOKEN, ...).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from trainstack.commander.client import CommanderClient, CommanderError, Unreachable
+
+EXIT_SUPERSEDED = 4
+EXIT_FENCED = 75  # `trainstack exec` stopped without publishing: its run-dir lease went to another writer
+
+
+def say(msg: str) -> None:
+    print(f"[worker {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _libc_prctl():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()  # resolved before any fork: the child only calls it
+
+
+def _die_with_parent() -> None:
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class Trainer:
+    """`trainstack exec RUN_DIR` in its own session; signals go to its whole process group."""
+
+    def __init__(self, run_dir: str, env: dict[str, str]):
+        argv = [sys.executable, "-m", "trainstack", "exec", run_dir, "--quiet"]
+        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_die_with_parent,
+                                     stdin=subprocess.DEVNULL)
+        self.stop_reason: str | None = None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _killpg(self, signum: int) -> None:
+        try:
+            os.killpg(self.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def kill(self, reason: str) -> int:
+        """SIGKILL the whole group now (no checkpoint)."""
+        self.stop_reason = self.stop_reason or reason
+        self._killpg(signal.SIGKILL)
+        return self.proc.wait()
+
+    def stop(self, reason: str, grace_s: float) -> int:
+        """SIGTERM (the trainer checkpoints), then SIGKILL of the group after grace_s."""
+        self.stop_reason = self.stop_reason or reason
+        self._killpg(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._killpg(signal.SIGKILL)
+            code = self.proc.wait()
+        self._killpg(signal.SIGKILL)  # anything left in the group
+        return code
+
+
+_TRACES: dict[str, tuple[tuple, Any]] = {}
+
+
+def _stat(path: Path) -> tuple:
+    try:
+        st = path.stat()
+        return st.st_size, st.st_mtime_ns
+    except OSError:
+        return ()
+
+
+def _traces(rd: Any, traces: Any) -> Any:
+    """The run's traces, re-read only when metrics.jsonl or the checkpoint tracker changed: every lease
+    renewal reports them, and a multi-day run's metrics file is megabytes."""
+    from trainstack.rundir import layout
+
+    key = (_stat(rd.metrics_file), _stat(rd.checkpoints / layout.TRACKER))
+    hit = _TRACES.get(str(rd.path))
+    if hit is None or hit[0] != key:
+        hit = _TRACES[str(rd.path)] = (key, traces(rd.path))
+    return hit[1]
+
+
+def progress(run_dir: Path) -> dict[str, Any]:
+    """What the commander shows for the run: the run dir's own traces (trainstack/rundir/progress.py)."""
+    from trainstack.rundir import RunDir
+    from trainstack.rundir.progress import progress as traces
+
+    rd = RunDir(run_dir)
+    st = rd.status()
+    done = _traces(rd, traces)
+    out: dict[str, Any] = {"state": st.get("state"), "last_checkpoint": done.last_checkpoint,
+                           "rollouts": done.rollouts, "num_rollout": done.target or st.get("num_rollout"),
+                           "reward": done.reward}
+    hub = st.get("hub")
+    hub = hub if isinstance(hub, dict) else {}
+    if hub.get("commit"):  # the Hub commit holding the newest pushed checkpoint (trainstack/hub/sync.py)
+        out["hub_commit"], out["hub_pushed"] = hub["commit"], hub.get("last_pushed")
+    return out
+
+
+def log_tail(run_dir: Path, n: int = 32 * 1024) -> str:
+    from trainstack.rundir import RunDir
+
+    path = RunDir(run_dir).trainer_log
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def take_over_run_dir_lease(run_dir: Path, host: str) -> None:
+    """The run dir's lease of a trainer from an older epoch (another pod) is moved aside: we hold the
+    commander's newer epoch, so that trainer was superseded (and with write fencing it can no longer
+    publish). Without this a replacement would wait out that lease's TTL."""
+    from trainstack.lease import LeaseRecord, evict
+
+    from trainstack.rundir import RunDir
+
+    path = RunDir(run_dir).lease_file
+    try:
+        rec = LeaseRecord(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return
+    if rec.host != host and rec.expires_at > time.time():
+        say(f"taking over the run-dir lease of {rec.host} (epoch {rec.epoch}): superseded by our commander lease")
+        evict(path, rec)
+
+
+class Worker:
+    def __init__(self, env: dict[str, str]):
+        self.url = env["TRAINSTACK_COMMANDER_URL"]
+        self.run_id = env["TRAINSTACK_RUN_ID"]
+        self.epoch = int(env["TRAINSTACK_COMMANDER_EPOCH"])
+        self.pod_id = env.get("TRAINSTACK_POD_ID", "local")
+        self.run_dir = Path(env["TRAINSTACK_RUN_DIR"])
+        self.holder = f"{self.pod_id}/{os.getpid()}"
+        self.client = CommanderClient(self.url, env["TRAINSTACK_COMMANDER_TOKEN"], timeout=5)
+        self.child_env = {k: v for k, v in env.items() if k != "TRAINSTACK_COMMANDER_TOKEN"}
+        self.child_env["TRAINSTACK_HOSTNAME"] = f"lium-{self.pod_id}"
+        self.child_env.setdefault("PYTHONUNBUFFERED", "1")
+        self.sigterm = threading.Event()
+        self.ttl = self.heartbeat = self.deadline = 0.0
+        self.grace = 30.0
+
+    # ------------------------------------------------------------------ commander calls
+    def acquire(self, give_up_s: float = 300.0) -> bool:
+        end = time.monotonic() + give_up_s
+        while time.monotonic() < end and not self.sigterm.is_set():
+            try:
+                got = self.client.post(f"/v1/runs/{self.run_id}/lease/acquire",
+                                       {"epoch": self.epoch, "holder": self.holder, "pod_id": self.pod_id})
+            except Unreachable as ex:
+                say(f"commander unreachable ({ex.detail}); retrying")
+                time.sleep(2)
+                continue
+            except CommanderError as ex:
+                say(f"lease refused: {ex.detail}")
+                return False
+            self.ttl, self.heartbeat, self.deadline = got["ttl_s"], got["heartbeat_s"], got["deadline_s"]
+            say(f"lease of {self.run_id} epoch {self.epoch} (ttl {self.ttl:.0f} s, deadline {self.deadline:.0f} s)")
+            return True
+        return False
+
+    def renew(self) -> dict[str, Any]:
+        return self.client.post(f"/v1/runs/{self.run_id}/lease/renew",
+                                {"epoch": self.epoch, "holder": self.holder, "progress": progress(self.run_dir)})
+
+    def report(self, state: str, code: int | None, message: str) -> None:
+        body = {"epoch": self.epoch, "holder": self.holder, "state": state, "exit_code": code, "message": message,
+                "progress": progress(self.run_dir), "log_tail": log_tail(self.run_dir)}
+        for _ in range(10):
+            try:
+                self.client.post(f"/v1/runs/{self.run_id}/lease/report", body)
+                say(f"reported {state} (exit {code})")
+                return
+            except Unreachable:
+                time.sleep(1)
+            except CommanderError as ex:
+                say(f"report refused: {ex.detail}")
+                return
+
+    # ------------------------------------------------------------------ the loop
+    def start_trainer(self) -> Trainer:
+        from trainstack import runspec
+
+        try:
+            self.grace = float(runspec.load(self.run_dir).resume.grace_s)
+        except Exception:  # noqa: BLE001 - exec reports a bad spec itself
+            pass
+        take_over_run_dir_lease(self.run_dir, self.child_env["TRAINSTACK_HOSTNAME"])
+        say(f"starting trainstack exec {self.run_dir}")
+        return Trainer(str(self.run_dir), self.child_env)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: self.sigterm.set())
+        signal.signal(signal.SIGINT, lambda *_: self.sigterm.set())
+        if not self.acquire():
+            return EXIT_SUPERSEDED
+        trainer: Trainer | None = self.start_trainer()
+        last_ok = time.monotonic()
+        busy_retries = 0
+        while True:
+            woke = time.monotonic()
+            if woke - last_ok > self.ttl and trainer is not None and trainer.alive():
+                trainer.kill("no renewal for longer than the TTL (frozen?)")  # maybe superseded: no checkpoint
+                say("no renewal for longer than the lease TTL: killed the trainer without a checkpoint")
+                trainer = None
+            if self.sigterm.is_set():
+                code = trainer.stop("preempted", self.grace + 5) if trainer else None
+                self.report("preempted", code, "worker got SIGTERM (pod going away)")
+                return 0
+            if trainer is not None and not trainer.alive():
+                code = trainer.proc.returncode
+                from trainstack.lifecycle import EXIT_BUSY
+
+                if code == EXIT_BUSY and busy_retries < 20:  # the run-dir lease is still being released
+                    busy_retries += 1
+                    time.sleep(1)
+                    trainer = self.start_trainer()
+                    continue
+                if code == EXIT_FENCED:  # the run-dir lease went to another writer: not the run's failure
+                    self.report("preempted", code, "trainstack exec was fenced (another writer holds the run dir)")
+                    return EXIT_SUPERSEDED
+                state = "finished" if code == 0 and progress(self.run_dir).get("state") == "finished" else "failed"
+                self.report(state, code, f"trainstack exec exited with {code}")
+                return 0 if state == "finished" else 1
+            try:
+                answer = self.renew()
+                last_ok = time.monotonic()
+            except CommanderError as ex:
+                if isinstance(ex, Unreachable):
+                    if time.monotonic() - last_ok > self.deadline and trainer is not None:
+                        say(f"commander unreachable for {time.monotonic() - last_ok:.0f} s (> deadline "
+                            f"{self.deadline:.0f} s): stopping the trainer")
+                        trainer.stop("commander unreachable", max(1.0, self.ttl - self.deadline))
+                        trainer = None
+                    time.sleep(min(1.0, self.heartbeat))
+                    continue
+                say(f"lease lost: {ex.detail}; killing the trainer without a checkpoint")
+                if trainer is not None:
+                    trainer.kill("lease lost")
+                return EXIT_SUPERSEDED
+            desired = answer.get("desired")
+            if desired != "running":
+                say(f"the run should be {desired}: stopping the trainer (final checkpoint)")
+                code = trainer.stop(str(desired), self.grace + 5) if trainer else None
+                self.report("stopped", code, f"stopped: run {desired}")
+                return 0
+            if trainer is None:  # the commander is back and the lease is still ours
+                say("lease renewed after an outage: starting the trainer again (it resumes)")
+                trainer = self.start_trainer()
+            self.sigterm.wait(self.heartbeat)
+
+
+def main() -> int:
+    missing = [k for k in ("TRAINSTACK_COMMANDER_URL", "TRAINSTACK_COMMANDER_TOKEN", "TRAINSTACK_RUN_ID",
+                           "TRAINSTACK_COMMANDER_EPOCH", "TRAINSTACK_RUN_DIR") if not os.environ.get(k)]
+    if missing:
+        print(f"trainstack worker: missing {', '.join(missing)} in the environment (the commander sets them when it "
+              "starts the worker on a pod)", file=sys.stderr)
+        return 2
+    run_id = os.environ["TRAINSTACK_RUN_ID"]
+    lock_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"trainstack-worker-{run_id}.lock"
+    lock = open(lock_path, "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        say(f"another worker of {run_id} runs on this pod; exiting")
+        return 0
+    return Worker(dict(os.environ)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
