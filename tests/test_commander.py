@@ -196,3 +196,21 @@ def test_worker_progress_reports_the_run_dirs_traces_and_the_hub_commit(tmp_path
     with open(rd.metrics_file, "a") as f:
         f.write(json.dumps({"step_key": "rollout/step", "step": 2, "metrics": {"rollout/raw_reward": 0.5}}) + "\n")
     assert (progress(rd.path)["rollouts"], progress(rd.path)["reward"]) == (3, 0.5)
+
+
+def test_lium_sweep_refuses_points_sharing_a_run_id_and_invalid_points_registering_nothing(tmp_path):
+    """Every point is checked before anything is registered: two points that would be one run (one
+    volume, one lease) and an invalid point are refused, naming the point and the key; no run dir, no
+    sweep dir, and no commander is asked (its URL is a closed port)."""
+    from conftest import files_under, run_py
+
+    env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
+    common = ["-m", "hydra/launcher=lium", "cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "hydra.sweep.dir=sw"]
+    shared = run_py(*common, "env.num_rollout=3,4", cwd=tmp_path, env=env)
+    assert shared.returncode == 2 and "2 points would be the same run" in shared.stderr, shared.stderr
+    assert "env.num_rollout" in shared.stderr
+    invalid = run_py(*common, "model.hidden_size=64,65", cwd=tmp_path, env=env)
+    assert invalid.returncode == 2 and "point 1 [" in invalid.stderr, invalid.stderr
+    assert "model.hidden_size=65]: model.hidden_size: 65 is not divisible" in invalid.stderr
+    assert "Traceback" not in shared.stderr + invalid.stderr
+    assert files_under(tmp_path) == []

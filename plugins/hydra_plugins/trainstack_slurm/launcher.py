@@ -9,19 +9,16 @@ behaviour and returns each run's metric to the sweeper.
 """
 from __future__ import annotations
 
-import copy
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, List, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra.plugins.launcher import Launcher
-from omegaconf import OmegaConf, open_dict, read_write
 
 from hydra_plugins.trainstack_slurm.config import FROM_CLUSTER, SBATCH_PASSTHROUGH
+from trainstack.launch import hydra_points
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +26,7 @@ SETTING_KEYS = ("wait", "array", "dry", "timeout_min", "cpus_per_task", "mem_gb"
                 "max_requeues", "ray_timeout_s", "metric", "setup", "array_parallelism", "throttle_s")
 
 
-class TrainstackSlurmLauncher(Launcher):
-    def __init__(self, **params: Any) -> None:
-        self.params = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-                       for k, v in params.items()}
-        self.config = None
-        self.task_function = None
-        self.hydra_context = None
-
-    def setup(self, *, hydra_context, task_function, config) -> None:
-        self.config = config
-        self.hydra_context = hydra_context
-        self.task_function = task_function
-
+class TrainstackSlurmLauncher(hydra_points.PointLauncher):
     def _check_fields(self) -> None:
         """Every field reaches sbatch or is refused here, naming the key that decides it."""
         from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
@@ -62,32 +47,6 @@ class TrainstackSlurmLauncher(Launcher):
         s = settings_for(cluster, {k: self.params.get(k) for k in SETTING_KEYS if k in self.params})
         return s
 
-    def _build(self, overrides: Sequence[str]):
-        from hydra.core.hydra_config import HydraConfig
-
-        from trainstack.pipeline import build
-        from trainstack.resolve import Origin
-        from trainstack.sweep_cache import SweepConfigCache
-
-        assert self.hydra_context is not None and self.config is not None
-        sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
-        HydraConfig.instance().set_config(sweep_config)
-        origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
-        task_cfg = copy.deepcopy(sweep_config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        return build(task_cfg, origin)
-
-    def _check_sweeper(self) -> None:
-        assert self.config is not None
-        target = str(OmegaConf.select(self.config, "hydra.sweeper._target_", default="") or "")
-        if "optuna" in target.lower() and not self.params.get("wait"):
-            from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
-
-            report_and_exit(ConfigErrors([ConfigError(
-                "hydra.launcher.wait", "the Optuna sweeper needs each trial's metric, which exists only after the "
-                "job has finished", "add hydra.launcher.wait=true", value=False)]))
-
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from trainstack.errors import ConfigErrors, report_and_exit
         from trainstack.launch import slurm as ts
@@ -96,7 +55,7 @@ class TrainstackSlurmLauncher(Launcher):
         from trainstack.sweep_points import point_errors, remove_fresh_sweep_dir, shared_run_id_errors
 
         assert self.config is not None
-        self._check_sweeper()
+        self.refuse_optuna_without_wait("job")
         self._check_fields()
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -105,7 +64,7 @@ class TrainstackSlurmLauncher(Launcher):
         settings: dict[str, Any] = {}
         for idx, overrides in enumerate(job_overrides):  # every point checked before the first is submitted
             try:
-                run, cmd = self._build(overrides)
+                run, cmd, _ = self.build_point(overrides)
                 preflight(run, cmd, launching=False, submitted_by="slurm")  # resume plan, run dir, deferred checks
             except ConfigErrors as err:
                 errors += point_errors(initial_job_idx + idx, list(filter_overrides(overrides)), err.errors)
@@ -153,14 +112,14 @@ class TrainstackSlurmLauncher(Launcher):
               + f"\n  manifest {manifest}\n  follow: trainstack status {sweep_dir}    stop: trainstack cancel "
               f"{sweep_dir}", file=sys.stderr, flush=True)
         if not settings.get("wait"):
-            return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
+            return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
         out: List[JobReturn] = []
         for overrides, job in zip(job_overrides, jobs):
             try:
                 result = job.results()[0]
-                out.append(self._returned(overrides, result.get("metric"), JobStatus.COMPLETED))
+                out.append(self.returned(overrides, result.get("metric"), JobStatus.COMPLETED))
             except Exception as ex:  # noqa: BLE001 - a failed job is a failed trial, reported by Hydra
-                out.append(self._returned(overrides, ex, JobStatus.FAILED))
+                out.append(self.returned(overrides, ex, JobStatus.FAILED))
         return out
 
     def _dry(self, sweep_dir: Path, points, params, job_overrides, initial_job_idx: int, folder: str,
@@ -176,11 +135,4 @@ class TrainstackSlurmLauncher(Launcher):
         path = manifest.record(sweep_dir, runs, scheduler="slurm", mode="dry", submitit_folder=folder)
         print(f"trainstack: dry: {len(points)} SLURM job(s) composed and sized in {build_s:.2f} s, nothing submitted; "
               f"sbatch headers in {path}", file=sys.stderr, flush=True)
-        return [self._returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
-
-    def _returned(self, overrides: Sequence[str], value: Any, status: JobStatus) -> JobReturn:
-        ret = JobReturn(overrides=list(overrides), cfg=OmegaConf.create({}), hydra_cfg=None,
-                        working_dir=os.getcwd(), task_name="trainstack")
-        ret.status = status
-        ret.return_value = value
-        return ret
+        return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
