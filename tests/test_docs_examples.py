@@ -49,9 +49,11 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "trainstack render experiment=qwen3-4B-grpo-dapo --format shell": (0, "ray job submit --address="),
     "trainstack render experiment=qwen3-4B-base-sft -o sft.json":
         (0, lambda out, cwd: "train_async.py" in (cwd / "sft.json").read_text()),
-    "python run.py -m 'experiment=glob(*,exclude=cpu-smoke)' cluster=lium_8xh100 dry_run=true":
+    "python run.py -m hydra/launcher=lium 'experiment=glob(*,exclude=cpu-smoke)' cluster=lium_8xh100 dry_run=true":
         (0, "ok  qwen3-4B-base-sft-"),
     "python run.py -m algo.lr=1e-6,2e-6 dry_run=true": (0, "ok  tiny-grpo-arithmetic-"),
+    "python run.py -m hydra/launcher=lium cluster=lium_8xh100 experiment=qwen3-4B-grpo-dapo algo.lr=1e-6,2e-6 "
+    "dry_run=true": (0, "ok  qwen3-4B-grpo-dapo-b4908ff8"),
     "python run.py --help": (0, "trainstack: compose a slime"),
     "python run.py --cfg job algo.lr=2e-6": (0, "lr: 2.0e-06"),
     "python run.py --info defaults": (0, "Defaults List"),
@@ -141,7 +143,9 @@ def commands_in(text: str) -> list[str]:
 
 
 def to_argv(cmd: str, cwd: Path) -> list[str]:
-    toks = shlex.split(cmd)
+    # a doc's /tmp/... paths go under this doc's scratch dir (before the interpreter and run.py are filled
+    # in: the checkout itself may be under /tmp)
+    toks = [t.replace("/tmp/", f"{cwd}/", 1) if t.startswith("/tmp/") else t for t in shlex.split(cmd)]
     if toks[0] == "trainstack":
         return [sys.executable, "-m", "trainstack.cli", *toks[1:]]
     if toks[0] == "make":
@@ -154,7 +158,7 @@ def to_argv(cmd: str, cwd: Path) -> list[str]:
     toks[0] = sys.executable
     if len(toks) > 1 and toks[1] == "run.py":
         toks[1] = str(ROOT / "run.py")
-    return [t.replace("/tmp/", f"{cwd}/") if t.startswith("/tmp/") else t for t in toks]
+    return toks
 
 
 def needs_the_checkout_venv(cmd: str) -> bool:

@@ -125,12 +125,16 @@ class PodProcess:
         binds.append(f"mount --rbind {shlex.quote(str(home))} /root")
         if self.volume_dir is not None:
             binds.append(f"mount --bind {shlex.quote(str(self.volume_dir))} {POD_VOLUME}")
+        keep_tmp = _image_dirs_under("/tmp")
         script = " && ".join([
             *binds,
             f"mount --bind {shlex.quote(str(image))} /usr/local/bin",
             "mount -t tmpfs -o mode=0755 tmpfs /run", "mkdir -p /run/sshd /run/pod",
             f"mount --bind {shlex.quote(str(conf))} /run/pod",
+            # the pod's own empty /tmp, keeping the image's dirs that live under the host's /tmp
+            *[f"mkdir -p /run/keep/{i} && mount --bind {shlex.quote(d)} /run/keep/{i}" for i, d in enumerate(keep_tmp)],
             "mount -t tmpfs -o mode=1777 tmpfs /tmp",
+            *[f"mkdir -p {shlex.quote(d)} && mount --move /run/keep/{i} {shlex.quote(d)}" for i, d in enumerate(keep_tmp)],
             f"exec {SSHD} -D -e -f /run/pod/sshd_config",
         ])
         argv = _with_parent_death_signal(["unshare", "--pid", "--fork", "--mount", "--propagation", "private",
@@ -227,13 +231,14 @@ class PodProcess:
 
 
 def _image_dirs_under(prefix: str) -> list[str]:
-    """Directories of this Python installation below `prefix` (e.g. a pyenv interpreter in /root)
-    that the image must keep when the pod gets its own `prefix`."""
-    out = []
-    for d in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}:
-        if d == prefix or d.startswith(prefix.rstrip("/") + "/"):
-            out.append(d)
-    return sorted(out)
+    """Directories of this Python installation below `prefix` that the image must keep when the pod
+    gets its own `prefix`: the interpreter (e.g. pyenv's in /root), the venv, and trainstack's source
+    (an editable install: a checkout cloned into /tmp or /root)."""
+    import trainstack
+
+    found = {os.path.realpath(d) for d in (sys.base_prefix, sys.prefix, Path(trainstack.__file__).parents[1])}
+    under = sorted(d for d in found if d == prefix or d.startswith(prefix.rstrip("/") + "/"))
+    return [d for d in under if not any(d.startswith(o + "/") for o in under if o != d)]  # outermost only
 
 
 def _not_zombie(pid: int) -> bool:
