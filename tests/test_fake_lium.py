@@ -38,8 +38,12 @@ def test_sdk_full_cycle_on_a_pod(fake_lium, tmp_path):
         assert lium.exec(pod, command="exit 7")["exit_code"] == 7
         (tmp_path / "spec.json").write_text('{"a": 1}')
         lium.upload(pod, local=str(tmp_path / "spec.json"), remote="/workspace/runs/r1/")  # a trailing / makes the dir
-        got = lium.exec(pod, command="cat /workspace/runs/r1/spec.json; echo; ls /tmp | wc -l; python3 -c 'import trainstack'")
-        assert got["stdout"].split() == ['{"a":', '1}', "0"] and got["exit_code"] == 0  # own /tmp; trainstack in the image
+        got = lium.exec(pod, command="cat /workspace/runs/r1/spec.json; echo; ls -A /tmp; python3 -c 'import trainstack'")
+        # its own /tmp, holding only the image's dirs that live under the host's /tmp (a checkout cloned there)
+        from trainstack.fakes.lium_pods import _image_dirs_under
+
+        kept = sorted({Path(d).relative_to("/tmp").parts[0] for d in _image_dirs_under("/tmp")})
+        assert got["stdout"].split() == ['{"a":', '1}', *kept] and got["exit_code"] == 0  # trainstack in the image
         assert not (Path("/workspace") / "runs").exists()  # the pod's /workspace is its own
         job = lium.exec(pod, command="sleep 600", detach=True, log_path="/workspace/logs/sleep.log")
         assert job["pid"] > 0
