@@ -3,11 +3,10 @@ auth on every endpoint, per-run leases fenced by epoch, state that survives SIGK
 reconciler (rent with idempotency keys, replace, restart limit, cancel) leaving no pod behind."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from commander_helpers import TOKEN, CommanderProc, wait_for, worker_token
+from conftest import files_under, run_py
 from trainstack.commander.client import CommanderClient, CommanderError
 
 # `python: /bin/false`: the worker command exits at once, so these tests play the worker themselves
@@ -160,8 +159,6 @@ def run_of_db(cmd: CommanderProc, run_id: str) -> dict:
 
 
 def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothing(tmp_path):
-    from conftest import run_py
-
     env = {"TRAINSTACK_COMMANDER_TOKEN": "", "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
     common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2"]
     bad = run_py(*common, "+cluster.extra.lium.gpu_typo=H100", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
@@ -202,8 +199,6 @@ def test_lium_sweep_refuses_points_sharing_a_run_id_and_invalid_points_registeri
     """Every point is checked before anything is registered: two points that would be one run (one
     volume, one lease) and an invalid point are refused, naming the point and the key; no run dir, no
     sweep dir, and no commander is asked (its URL is a closed port)."""
-    from conftest import files_under, run_py
-
     env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
     common = ["-m", "hydra/launcher=lium", "cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "hydra.sweep.dir=sw"]
     shared = run_py(*common, "env.num_rollout=3,4", cwd=tmp_path, env=env)
