@@ -55,3 +55,13 @@ def fake_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield hub
     hub.stop()
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """The tiny backend's arithmetic task, written once per session (tests/tiny)."""
+    from trainstack.tiny.arithmetic import write_task
+
+    d = tmp_path_factory.mktemp("arith")
+    write_task(d)
+    return d
