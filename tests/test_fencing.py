@@ -15,19 +15,11 @@ import pytest
 from conftest import ROOT
 
 from trainstack.fence import EXIT_FENCED
-from trainstack.lease import Lease, group_members
+from trainstack.lease import Lease, group_members, pid_alive
 
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 SMALL = ["env.rollout_batch_size=4", "env.n_samples_per_prompt=4", "env.global_batch_size=16", "env.eval_interval=null"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _wait(cond, timeout: float, what: str) -> None:
@@ -71,7 +63,7 @@ def test_trainer_leftovers_are_reaped_when_it_exits(tmp_path):
     """, lease=None)
     assert g.wait(timeout=30) == 7
     pid = int((tmp_path / "child.pid").read_text())
-    _wait(lambda: not _alive(pid), 5, "the plugin's child survived the trainer")
+    _wait(lambda: not pid_alive(pid), 5, "the plugin's child survived the trainer")
 
 
 def test_superseded_lease_kills_the_group_at_once(tmp_path):
@@ -83,7 +75,7 @@ def test_superseded_lease_kills_the_group_at_once(tmp_path):
     Lease.acquire(tmp_path / "lease.json", ttl_s=600)  # a new holder: epoch 2
     assert g.wait(timeout=10) == EXIT_FENCED
     assert not (tmp_path / "stopped").exists()  # killed, no final save attempt
-    _wait(lambda: not _alive(child), 5, "group member survived")
+    _wait(lambda: not pid_alive(child), 5, "group member survived")
     assert "superseded by epoch 2" in (tmp_path / "t.log").read_text()
 
 

@@ -39,7 +39,7 @@ class LeaseRecord:
 
     def trainer_stopping(self) -> bool:
         """Its launcher (on this host) is dead but the trainer group it started is still finishing."""
-        return bool(self.trainer_pgid) and self.host == hostname() and not _pid_alive(self.pid) \
+        return bool(self.trainer_pgid) and self.host == hostname() and not pid_alive(self.pid) \
             and _group_alive(self.trainer_pgid or 0)
 
     def describe(self) -> str:
@@ -68,14 +68,15 @@ def _read(path: Path) -> LeaseRecord | None:
         return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """The process exists on this host and is not a zombie (a zombie is dead for our purposes)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    try:  # a zombie is dead for our purposes
+    try:
         with open(f"/proc/{pid}/status") as f:
             return not any(ln.startswith("State:") and "Z" in ln.split()[1] for ln in f)
     except OSError:
@@ -115,7 +116,7 @@ def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:
     now = time.time() if now is None else now
     if now > rec.expires_at:
         return True
-    if rec.host != hostname() or _pid_alive(rec.pid):
+    if rec.host != hostname() or pid_alive(rec.pid):
         return False
     return not (rec.trainer_pgid and _group_alive(rec.trainer_pgid))
 

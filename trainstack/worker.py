@@ -110,12 +110,13 @@ def _stat(path: Path) -> tuple:
         return ()
 
 
-def _traces(rd: Any, traces: Any) -> Any:
-    """The run's traces, re-read only when metrics.jsonl or the checkpoint tracker changed: every lease
+def _traces(rd: Any) -> Any:
+    """The run's traces, re-read only when metrics.jsonl, the checkpoint tracker or the spec changed: every lease
     renewal reports them, and a multi-day run's metrics file is megabytes."""
     from trainstack.rundir import layout
+    from trainstack.rundir.progress import progress as traces
 
-    key = (_stat(rd.metrics_file), _stat(rd.checkpoints / layout.TRACKER))
+    key = (_stat(rd.metrics_file), _stat(rd.checkpoints / layout.TRACKER), _stat(rd.spec_file))
     hit = _TRACES.get(str(rd.path))
     if hit is None or hit[0] != key:
         hit = _TRACES[str(rd.path)] = (key, traces(rd.path))
@@ -125,11 +126,10 @@ def _traces(rd: Any, traces: Any) -> Any:
 def progress(run_dir: Path) -> dict[str, Any]:
     """What the commander shows for the run: the run dir's own traces (trainstack/rundir/progress.py)."""
     from trainstack.rundir import RunDir
-    from trainstack.rundir.progress import progress as traces
 
     rd = RunDir(run_dir)
     st = rd.status()
-    done = _traces(rd, traces)
+    done = _traces(rd)
     out: dict[str, Any] = {"state": st.get("state"), "last_checkpoint": done.last_checkpoint,
                            "rollouts": done.rollouts, "num_rollout": done.target or st.get("num_rollout"),
                            "reward": done.reward}

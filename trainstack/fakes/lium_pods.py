@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainstack.lease import pid_alive
+
 SSHD = "/usr/sbin/sshd"
 POD_WORKSPACE = "/workspace"
 POD_VOLUME = "/mnt"
@@ -226,7 +228,7 @@ class PodProcess:
         except subprocess.TimeoutExpired:
             print(f"fake lium: pod {self.pod_id}: unshare did not exit", file=sys.stderr)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and _not_zombie(p) for p in pids):
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
             time.sleep(0.05)
 
 
@@ -239,11 +241,3 @@ def _image_dirs_under(prefix: str) -> list[str]:
     found = {os.path.realpath(d) for d in (sys.base_prefix, sys.prefix, Path(trainstack.__file__).parents[1])}
     under = sorted(d for d in found if d == prefix or d.startswith(prefix.rstrip("/") + "/"))
     return [d for d in under if not any(d.startswith(o + "/") for o in under if o != d)]  # outermost only
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
