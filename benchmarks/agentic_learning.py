@@ -2,7 +2,7 @@
 
 Runs ``python run.py experiment=cpu-agentic`` (the tiny model plays chain_sum episodes, two turns
 each, against the env server trainstack starts for the run, through the tiny trainer's
-SGLang-style /generate and the slime generate function ``plugins.http_env.generate``) in a scratch
+SGLang-style /generate and the slime generate function ``trainstack_plugins.http_env.generate``) in a scratch
 directory, then reads the run's metrics: the mean reward of the first and last rollouts (an
 episode scores 0..2), the held-out eval before and after, the wall time of the whole command and
 of one rollout, and what the env server counted. Writes ``benchmarks/results/agentic_learning.json``.

@@ -1,7 +1,7 @@
 """Benchmark: does Hub sync slow training down, and does training pause while the Hub is down?
 
 Runs the CPU smoke config (`python run.py`, tiny trainer) against the fake Hub in its own process
-(`python -m trainstack.fakes.hub` at nice 19, standing in for a remote service; the real
+(`python -m trainstack_dev.fakes.hub` at nice 19, standing in for a remote service; the real
 huggingface_hub client talks to it):
 
 1. sync off vs sync on (`hub.repo_id`) in `--reps` back-to-back pairs (order alternating, so drifts in
@@ -39,8 +39,9 @@ REPO = "bench/ckpts"
 def start_hub(tmp: Path) -> tuple[subprocess.Popen, str]:
     ready = tmp / "hub.url"
     # nice 19: the fake stands in for a remote service; its CPU is not the trainer machine's cost
-    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "trainstack.fakes.hub", "--port", "0",
+    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "trainstack_dev.fakes.hub", "--port", "0",
                              "--ready-file", str(ready)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'devtools'}"},  # trainstack_dev: not installed
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:  # with autogroup scheduling (one group per session) nice alone does not lower a session's share
         Path(f"/proc/{proc.pid}/autogroup").write_text("19")

@@ -25,9 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "devtools"))  # trainstack_dev: the fake Lium (not installed)
 
 from commander_helpers import TOKEN, CommanderProc, wait_for  # noqa: E402
-from trainstack.fakes.lium import FakeLium, client_env, ensure_ssh_key  # noqa: E402
+from trainstack_dev.fakes.lium import FakeLium, client_env, ensure_ssh_key  # noqa: E402
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", 3))
 TTL = 6.0

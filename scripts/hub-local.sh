@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A local Hugging Face Hub (trainstack/fakes/hub.py) for trying Hub sync without the internet.
+# A local Hugging Face Hub (devtools/trainstack_dev/fakes/hub.py) for trying Hub sync without the internet.
 #
 #   scripts/hub-local.sh up       start it in the background; prints `export HF_ENDPOINT=...`
 #   scripts/hub-local.sh status   is it up, and where
@@ -39,9 +39,9 @@ up() {
     return 0
   fi
   rm -f "$DIR/url" "$DIR/hub.pid"
-  local args=(-m trainstack.fakes.hub --port "${HUB_PORT:-0}" --log "$DIR/requests.jsonl" --ready-file "$DIR/url")
+  local args=(-m trainstack_dev.fakes.hub --port "${HUB_PORT:-0}" --log "$DIR/requests.jsonl" --ready-file "$DIR/url")
   [[ ${HUB_REQUIRE_TOKEN:-0} == 1 ]] && args+=(--require-token-from-env HF_TOKEN)
-  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" setsid "$PY" "${args[@]}" >"$DIR/hub.log" 2>&1 </dev/null &
+  PYTHONPATH="$ROOT:$ROOT/devtools${PYTHONPATH:+:$PYTHONPATH}" setsid "$PY" "${args[@]}" >"$DIR/hub.log" 2>&1 </dev/null &
   echo $! >"$DIR/hub.pid"
   for _ in $(seq 100); do
     [[ -s $DIR/url ]] && break

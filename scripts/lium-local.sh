@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A local fake of the Lium API (trainstack/fakes/lium.py) for trying the Lium flow offline.
+# A local fake of the Lium API (devtools/trainstack_dev/fakes/lium.py) for trying the Lium flow offline.
 #
 #   eval "$(scripts/lium-local.sh up)"   start it (installs openssh-server if missing); prints export lines
 #                                        (LIUM_BASE_URL, LIUM_API_KEY, LIUM_SSH_KEY_PATH, ...) for the real
@@ -58,7 +58,8 @@ up() {
   mkdir -p "$ROOT"
   if alive && [[ -s $INFO ]]; then exports; return 0; fi
   rm -f "$INFO"
-  setsid nohup "$PY" -m trainstack.fakes.lium serve --root "$ROOT" >>"$LOG" 2>&1 </dev/null &
+  # the fake lives in devtools/ (trainstack_dev, not installed); trainstack from the checkout too
+  PYTHONPATH="$HERE:$HERE/devtools${PYTHONPATH:+:$PYTHONPATH}" setsid nohup "$PY" -m trainstack_dev.fakes.lium serve --root "$ROOT" >>"$LOG" 2>&1 </dev/null &
   echo $! >"$PIDFILE"
   for _ in $(seq 1 100); do
     [[ -s $INFO ]] && break

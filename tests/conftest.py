@@ -13,6 +13,11 @@ pytest_plugins = ["lium_fixtures"]  # fake_lium
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+# trainstack_dev (the fakes of Hub and Lium, the parse oracle's judge) is developer support, not in the
+# wheel: tests import it from the checkout's devtools/ (a subprocess that needs it: DEVTOOLS on PYTHONPATH).
+DEVTOOLS = ROOT / "devtools"
+if str(DEVTOOLS) not in sys.path:
+    sys.path.insert(0, str(DEVTOOLS))
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +45,12 @@ def files_under(path: Path) -> list[str]:
 
 @pytest.fixture
 def fake_hub(tmp_path, monkeypatch):
-    """A local Hugging Face Hub (trainstack.fakes.hub) that the real huggingface_hub client talks to:
+    """A local Hugging Face Hub (trainstack_dev.fakes.hub) that the real huggingface_hub client talks to:
     HF_ENDPOINT points at it, HF_HOME is private to the test, HF_TOKEN is a per-test secret the fake
     requires for writes and private repos. Subprocesses started by the test inherit all three."""
     import secrets as _secrets
 
-    from trainstack.fakes.hub import FakeHub
+    from trainstack_dev.fakes.hub import FakeHub
 
     token = "hf_" + _secrets.token_hex(16)
     hub = FakeHub(token=token, log_path=str(tmp_path / "hub-requests.jsonl")).start()

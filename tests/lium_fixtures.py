@@ -1,4 +1,4 @@
-"""The fake Lium as pytest fixtures: an in-process fake (trainstack/fakes/lium.py) and the
+"""The fake Lium as pytest fixtures: an in-process fake (devtools/trainstack_dev/fakes/lium.py) and the
 environment that points the real `lium.io` SDK at it (temporary HOME, its own SSH key)."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Iterator
 
 import pytest
 
-from trainstack.fakes.lium_pods import missing_requirements
+from trainstack_dev.fakes.lium_pods import missing_requirements
 
 
 @dataclass
 class FakeLiumEnv:
-    fake: "object"  # trainstack.fakes.lium.FakeLium
+    fake: "object"  # trainstack_dev.fakes.lium.FakeLium
     url: str
     env: dict[str, str]  # LIUM_* + HOME for the SDK (apply with monkeypatch or pass to a subprocess)
     home: Path
@@ -38,7 +38,7 @@ def skip_without_pods() -> None:
 def fake_lium(tmp_path_factory, monkeypatch) -> Iterator[FakeLiumEnv]:
     """A fake Lium for one test; the SDK in this process points at it; every pod is killed after."""
     skip_without_pods()
-    from trainstack.fakes.lium import FakeLium, client_env, ensure_ssh_key
+    from trainstack_dev.fakes.lium import FakeLium, client_env, ensure_ssh_key
 
     base = tmp_path_factory.mktemp("lium")
     fake = FakeLium(base / "fake")

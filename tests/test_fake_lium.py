@@ -40,7 +40,7 @@ def test_sdk_full_cycle_on_a_pod(fake_lium, tmp_path):
         lium.upload(pod, local=str(tmp_path / "spec.json"), remote="/workspace/runs/r1/")  # a trailing / makes the dir
         got = lium.exec(pod, command="cat /workspace/runs/r1/spec.json; echo; ls -A /tmp; python3 -c 'import trainstack'")
         # its own /tmp, holding only the image's dirs that live under the host's /tmp (a checkout cloned there)
-        from trainstack.fakes.lium_pods import _image_dirs_under
+        from trainstack_dev.fakes.lium_pods import _image_dirs_under
 
         kept = sorted({Path(d).relative_to("/tmp").parts[0] for d in _image_dirs_under("/tmp")})
         assert got["stdout"].split() == ['{"a":', '1}', *kept] and got["exit_code"] == 0  # trainstack in the image

@@ -140,7 +140,7 @@ def test_concurrent_episodes_wait_for_a_full_server_and_all_complete(tok):
     """slime runs many episodes at once: starts beyond max_sessions get 503 and retry with backoff."""
     import asyncio
 
-    from plugins.http_env.generate import generate
+    from trainstack_plugins.http_env.generate import generate
     from tests.fakes.http_env import SAMPLING
 
     inverse = {i: c for c, i in hf_tokenizer.vocab().items()}

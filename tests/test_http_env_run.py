@@ -30,12 +30,12 @@ def errors_of(overrides: list[str]) -> list:
 def test_liveweb_argv_makes_the_plugin_importable_in_slimes_workers(in_tmp):
     run, cmd = build_from_overrides(LIVEWEB)
     argv = cmd.argv
-    assert argv[argv.index("--custom-generate-function-path") + 1] == "plugins.http_env.generate.generate"
+    assert argv[argv.index("--custom-generate-function-path") + 1] == "trainstack_plugins.http_env.generate.generate"
     cfg_path = argv[argv.index("--custom-config-path") + 1]
     assert cfg_path == os.path.join(run.run_dir, "http_env.yaml") and os.path.isabs(cfg_path)
     assert "--apply-chat-template" not in argv  # the generate function renders the chat template itself
     # a Ray worker has only the runtime env's PYTHONPATH: the plugin and its settings module import from it
-    probe = ("import inspect, plugins.http_env.generate as g; "
+    probe = ("import inspect, trainstack_plugins.http_env.generate as g; "
              "print(list(inspect.signature(g.generate).parameters), inspect.iscoroutinefunction(g.generate))")
     res = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path[:0] = {sys.path[1:]!r}; {probe}"],
                          env={"PYTHONPATH": cmd.env["PYTHONPATH"]}, cwd="/", capture_output=True, text=True, timeout=60)

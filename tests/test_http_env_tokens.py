@@ -89,7 +89,7 @@ def test_an_observation_that_does_not_fit_the_budget_truncates_the_episode(bpe_d
 
 
 def test_no_tokenizer_is_an_error_never_a_fallback(tmp_path, bpe_dir):
-    from plugins.http_env.chat import ChatTokenizer, ChatTokenizerError
+    from trainstack_plugins.http_env.chat import ChatTokenizer, ChatTokenizerError
 
     with pytest.raises(ChatTokenizerError, match="tokenizer.json"):
         ChatTokenizer(tmp_path)
@@ -108,7 +108,7 @@ def test_no_tokenizer_is_an_error_never_a_fallback(tmp_path, bpe_dir):
 
 
 def test_the_tiny_tokenizer_files_match_the_character_vocabulary(tmp_path):
-    from plugins.http_env.chat import ChatTokenizer
+    from trainstack_plugins.http_env.chat import ChatTokenizer
     from trainstack.tiny import hf_tokenizer
     from trainstack.tiny.tokenizer import CharTokenizer
 

@@ -89,7 +89,7 @@ def test_ported_check_refuses_and_neighbour_passes(name, bad, key, good):
 
 
 def test_allgather_cp_is_accepted_for_a_dsa_model():
-    from trainstack.oracle import judge
+    from trainstack_dev.oracle import judge
 
     j = judge(["model=glm5-744B-A40B", "algo=grpo", "env=dapo_math", "cluster=slurm_8xh100",
                "cluster.num_nodes=64", "args.allgather_cp=true"])

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_py
-from trainstack.oracle import judge
+from trainstack_dev.oracle import judge
 
 GROUPS = ("model", "algo", "env")
 

@@ -11,7 +11,7 @@ import collections
 
 import pytest
 
-from trainstack.oracle import load_oracle, judge
+from trainstack_dev.oracle import load_oracle, judge
 
 ORACLE = load_oracle()
 ENTRIES = ORACLE["entries"]

@@ -6,6 +6,41 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainstack.errors import ConfigError
+    from trainstack.validate import Ctx
+
+# trainstack's own plugin packages that moved: old dotted prefix -> new one. The old name would only
+# fail in slime's workers (an ImportError deep in a rollout); the dry run names the new one instead.
+RENAMED = {"plugins.http_env": "trainstack_plugins.http_env"}
+
+
+def renamed(dotted: str) -> str | None:
+    """The current name of a dotted path into a renamed trainstack plugin package (None: not renamed)."""
+    for old, new in RENAMED.items():
+        if dotted == old or dotted.startswith(old + "."):
+            return new + dotted[len(old):]
+    return None
+
+
+def _prefix(dotted: str) -> str:
+    return next(old for old in RENAMED if dotted == old or dotted.startswith(old + "."))
+
+
+def renamed_plugin_paths(ctx: Ctx) -> list[ConfigError]:
+    """Rule (validate.RULES): an argument naming a renamed plugin package gets the new name, on every
+    launcher (the host checks that look plugins up are deferred on remote ones)."""
+    out = []
+    for dest, value in ctx.run.args.items():
+        for v in value if isinstance(value, list) else [value]:
+            new = renamed(v) if isinstance(v, str) else None
+            if new is not None:
+                old = _prefix(v)
+                out.append(ctx.err(dest, f"{v!r} is in a package trainstack renamed: {old} is now {RENAMED[old]}",
+                                   f"write {new}"))
+    return out
 
 
 def locate(dotted: str, roots: list[str]) -> str:
@@ -25,7 +60,8 @@ def locate(dotted: str, roots: list[str]) -> str:
         for ext in _extension_suffixes():
             if base.with_name(base.name + ext).is_file():
                 return ""  # compiled: cannot look inside
-    return f"no module {module!r} on the trainer's PYTHONPATH"
+    new = renamed(dotted)
+    return f"renamed: use {new!r}" if new else f"no module {module!r} on the trainer's PYTHONPATH"
 
 
 def _installed(parts: list[str]) -> list[Path]:

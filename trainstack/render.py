@@ -137,7 +137,9 @@ def render_args(args: dict[str, Any]) -> dict[str, list[str]]:
 
 def runtime_env(run: ResolvedRun) -> dict[str, str]:
     """Env for the trainer processes (upstream scripts' runtime-env-json, plus trainstack's own)."""
-    pythonpath = [str(PROJECT_ROOT)]  # trainstack + plugins/ (custom functions by dotted path)
+    pythonpath = [str(PROJECT_ROOT)]  # trainstack (a checkout, or site-packages holding trainstack_plugins)
+    if (PROJECT_ROOT / "plugins" / "trainstack_plugins").is_dir():  # a checkout: trainstack_plugins by dotted path
+        pythonpath.append(str(PROJECT_ROOT / "plugins"))
     env: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     if run.cluster.backend == "slime":
         if run.slime.megatron_root:

@@ -442,3 +442,7 @@ def validate(run: ResolvedRun) -> list[ConfigError]:
 from trainstack import upstream_rules  # noqa: E402,F401
 # The env preset's meta.http_env block (HTTP environments, trainstack/http_env/rules.py).
 from trainstack.http_env import rules as _http_env_rules  # noqa: E402,F401
+# Dotted paths into a plugin package trainstack renamed (trainstack/plugin_paths.py, RENAMED).
+from trainstack.plugin_paths import renamed_plugin_paths  # noqa: E402
+
+RULES.append(renamed_plugin_paths)

@@ -18,9 +18,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "devtools")]  # trainstack_dev (the oracle's judge) is not installed
 
-from trainstack.oracle import ORACLE_PATH, judge  # noqa: E402
+from trainstack_dev.oracle import ORACLE_PATH, judge  # noqa: E402
 
 SEED = 20261122
 GPU_CLUSTERS = ["cluster=local_1xh100", "cluster=local_8xh100", *(

@@ -57,7 +57,7 @@ def slime_args(env_url: str, generate_port: int, tokenizer: Path | str, **settin
 
 
 def run_generate(args, sample: Sample, sampling: dict | None = None) -> Sample:
-    from plugins.http_env.generate import generate
+    from trainstack_plugins.http_env.generate import generate
 
     return asyncio.run(generate(args, sample, dict(sampling or SAMPLING)))
 

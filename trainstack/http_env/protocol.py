@@ -1,7 +1,7 @@
 """The HTTP environment protocol, version 1: paths, fields and status codes (docs/http_env.md).
 
 One module spells the wire format; the server (``server.py``) and the generate function's client
-(``plugins/http_env/client.py``) both import it. Stdlib only.
+(``plugins/trainstack_plugins/http_env/client.py``) both import it. Stdlib only.
 
     GET  /health              -> {status, env, protocol, sessions, max_sessions, session_ttl_s}
     POST /v1/session/start    {request_id, task{prompt, label, metadata}}

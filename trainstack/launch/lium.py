@@ -114,7 +114,8 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
         entry[0] = req.python
     env = dict(cmd.get("env") or {})
     if "PYTHONPATH" in env:
-        kept = [p for p in env["PYTHONPATH"].split(os.pathsep) if p and p != project_root()]
+        kept = [p for p in env["PYTHONPATH"].split(os.pathsep)
+                if p and p not in (project_root(), os.path.join(project_root(), "plugins"))]
         if kept:
             env["PYTHONPATH"] = os.pathsep.join(kept)
         else:

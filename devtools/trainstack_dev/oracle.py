@@ -16,7 +16,8 @@ from typing import Any, Sequence
 from trainstack.resolve import PROJECT_ROOT
 from trainstack.tools.golden import PLACEHOLDER_OVERRIDES, ROOT_MARK  # machine-independent paths, as in goldens
 
-ORACLE_PATH = PROJECT_ROOT / "tests" / "oracle" / "slime_parse_oracle.json"
+CHECKOUT = Path(__file__).resolve().parents[2]  # devtools/ lives only in a checkout, beside tests/
+ORACLE_PATH = CHECKOUT / "tests" / "oracle" / "slime_parse_oracle.json"
 
 
 @dataclass

@@ -9,7 +9,7 @@ answers, connections dropped before an answer, in the middle of a request body, 
 was applied (a lost response). Every request is logged (method, path, status, fault; never headers,
 so never a token).
 
-    python -m trainstack.fakes.hub --port 0        # prints HF_ENDPOINT=http://127.0.0.1:PORT
+    python -m trainstack_dev.fakes.hub --port 0        # prints HF_ENDPOINT=http://127.0.0.1:PORT
     scripts/hub-local.sh up                        # the same in the background (docs/hub.md)
 """
 from __future__ import annotations
@@ -481,7 +481,7 @@ def _iso(t: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m trainstack.fakes.hub", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m trainstack_dev.fakes.hub", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0: any free port")
     p.add_argument("--log", help="append one JSON line per request to this file")

@@ -3,7 +3,7 @@
 The real `lium.io` SDK and CLI talk to it unchanged (`LIUM_BASE_URL`, `LIUM_API_KEY`): the
 endpoints below are the ones they call for nodes, SSH keys, templates, renting (with
 `Idempotency-Key`), pods and volumes, with `X-API-KEY` auth on every one (401 otherwise). Each
-rented pod is a loopback sshd in its own namespaces (trainstack/fakes/lium_pods.py); each volume
+rented pod is a loopback sshd in its own namespaces (devtools/trainstack_dev/fakes/lium_pods.py); each volume
 a directory that the pod attaching it sees at `/mnt`. Renting is billed like the service: a
 pod's `price` is dollars per hour of its executor, until it is removed.
 
@@ -13,7 +13,7 @@ listing or shows FAILED), freeze/thaw it (SIGSTOP/SIGCONT of all its processes),
 leaves the pod's processes running (a node the platform lost contact with), the next rents
 failing with 5xx or 429 (before or after creating the pod), pods that never become ready, slow pods.
 
-    python -m trainstack.fakes.lium serve --root DIR [--port 0] [--api-key KEY]
+    python -m trainstack_dev.fakes.lium serve --root DIR [--port 0] [--api-key KEY]
     scripts/lium-local.sh up|down|status
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from trainstack.fakes.lium_pods import PodProcess, free_port, image_bin, missing_requirements
+from trainstack_dev.fakes.lium_pods import PodProcess, free_port, image_bin, missing_requirements
 
 DEFAULT_API_KEY = "fake-lium-key"
 USER_ID = "00000000-0000-4000-8000-000000000001"
@@ -562,7 +562,7 @@ def ensure_ssh_key(path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainstack.fakes.lium", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m trainstack_dev.fakes.lium", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="serve the fake until SIGTERM; writes <root>/fake.json with the URL")

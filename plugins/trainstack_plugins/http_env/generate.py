@@ -1,5 +1,5 @@
 """slime custom generate function for HTTP environments: ``--custom-generate-function-path
-plugins.http_env.generate.generate`` (docs/http_env.md).
+trainstack_plugins.http_env.generate.generate`` (docs/http_env.md).
 
 One sample = one episode: start a session for the sample's task, then alternate model turns and
 env steps up to ``max_turns`` and the response budget (``sampling_params["max_new_tokens"]``,

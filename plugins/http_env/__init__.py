@@ -1,2 +1,0 @@
-"""slime plugin: a custom generate function that drives multi-turn episodes against an HTTP
-environment (``plugins.http_env.generate.generate``; protocol and settings in docs/http_env.md)."""
