@@ -21,10 +21,14 @@ import sys
 import tempfile
 import time
 import types
+from typing import Any
 
 
-def load_check(path: str):
+def load_check(path: str) -> Any:
+    """slime_real_parse.py as a module (Any: a file outside this repo, its names known at run time)."""
     spec = importlib.util.spec_from_file_location("slime_real_parse", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the parse check {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -134,8 +138,9 @@ def verdict(report: dict) -> dict:
             "intended_checked", "phases", "rewritten_by_validators")
     v = {k: report.get(k) for k in keep if k in report}
     v["rewritten_by_validators"] = sorted(r["dest"] for r in v.get("rewritten_by_validators") or [])
-    if isinstance(v.get("error"), str):
-        v["error"] = v["error"].replace(report.get("world", "") or "\0", "<world>")[:600]
+    error = v.get("error")
+    if isinstance(error, str):
+        v["error"] = error.replace(report.get("world", "") or "\0", "<world>")[:600]
     return v
 
 

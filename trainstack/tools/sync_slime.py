@@ -22,7 +22,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+if TYPE_CHECKING:
+    from trainstack.argtable import ArgSpec, ArgTable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT / "trainstack" / "data"
@@ -104,7 +107,8 @@ def git_head(root: Path) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
-def build_models_json(slime_root: Path, *, previous: Mapping[str, Any] | None = None, table=None) -> dict[str, Any]:
+def build_models_json(slime_root: Path, *, previous: Mapping[str, Any] | None = None,
+                      table: ArgTable | None = None) -> dict[str, Any]:
     """Rebuild the ``slime_models.json`` structure from ``<slime_root>/scripts/models/*.sh``."""
     import re
 
@@ -192,7 +196,7 @@ def dump_models_json(doc: Mapping[str, Any]) -> str:
 # =============================================================================================
 
 
-def _typed(spec, raw: Any, *, where: str) -> Any:
+def _typed(spec: ArgSpec, raw: Any, *, where: str) -> Any:
     kind = spec.value_kind
     try:
         if kind == "int":
@@ -208,7 +212,7 @@ def _typed(spec, raw: Any, *, where: str) -> Any:
     return str(raw)  # str, and custom Megatron converters (moe_layer_freq ...): the exact string
 
 
-def script_to_dests(name: str, pairs: list[list[Any]], table) -> dict[str, Any]:
+def script_to_dests(name: str, pairs: list[list[Any]], table: ArgTable) -> dict[str, Any]:
     """A model script's [flag, value] pairs -> ordered {dest: value} using the argument table."""
     from trainstack.argtable import APPEND, BOOL_OPTIONAL, STORE_FALSE, STORE_TRUE
 
@@ -269,7 +273,7 @@ def _yaml_scalar(value: Any) -> str:
     return text
 
 
-def preset_values(name: str, pairs: list[list[Any]], table) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict]:
+def preset_values(name: str, pairs: list[list[Any]], table: ArgTable) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict]:
     """-> (meta, architecture dests, checkpoint dests, perf dests)."""
     from trainstack.tools import model_meta
 
@@ -307,7 +311,7 @@ def preset_values(name: str, pairs: list[list[Any]], table) -> tuple[dict[str, A
     return meta, arch, ckpt, perf
 
 
-def render_preset(name: str, pairs: list[list[Any]], table, slime_commit: str) -> str:
+def render_preset(name: str, pairs: list[list[Any]], table: ArgTable, slime_commit: str) -> str:
     from trainstack.tools import model_meta
 
     meta, arch, ckpt, perf = preset_values(name, pairs, table)
@@ -337,7 +341,7 @@ def render_preset(name: str, pairs: list[list[Any]], table, slime_commit: str) -
     return "\n".join(lines) + "\n"
 
 
-def render_all(models_data: Mapping[str, Any], table=None) -> dict[str, str]:
+def render_all(models_data: Mapping[str, Any], table: ArgTable | None = None) -> dict[str, str]:
     """{file name: text} for every model in the models JSON."""
     from trainstack.argtable import load_table
 
@@ -546,15 +550,14 @@ def _capture_parsers(fn: Callable[[], Any]) -> list[argparse.ArgumentParser]:
     seen: list[argparse.ArgumentParser] = []
     original = argparse.ArgumentParser.parse_known_args
 
-    def spy(self, *a, **kw):
+    def spy(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> tuple[argparse.Namespace, list[str]]:
         seen.append(self)
         return original(self, *a, **kw)
 
-    argparse.ArgumentParser.parse_known_args = spy  # type: ignore[method-assign]
-    try:
+    from unittest import mock
+
+    with mock.patch.object(argparse.ArgumentParser, "parse_known_args", spy):  # restored on exit, even on errors
         fn()
-    finally:
-        argparse.ArgumentParser.parse_known_args = original  # type: ignore[method-assign]
     return seen
 
 
