@@ -1,17 +1,103 @@
 """`pip install .` (not editable) from a clone gives working `trainstack` and `trainstack run`
-commands from any directory, with conf/ shipped as package data and a user's own config dir."""
+commands from any directory, with conf/ shipped as package data and a user's own config dir. The
+wheel holds only our three top-level packages (no generic `plugins`, no fakes or test support), and
+the old name of the renamed slime plugin package gets the new one, not an ImportError on the node."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from conftest import run_py
 from test_run_spec import copy_project
+from trainstack.errors import ConfigErrors
+from trainstack.pipeline import build_from_overrides
+from trainstack.plugin_paths import locate
 
 ROOT = Path(__file__).resolve().parents[1]
+OLD_GENERATE = "plugins.http_env.generate.generate"
+NEW_GENERATE = "trainstack_plugins.http_env.generate.generate"
+
+
+def _setuptools_builds_wheels_offline() -> bool:
+    """setuptools >= 70.1 has bdist_wheel built in; older ones need the `wheel` package."""
+    try:
+        import setuptools
+    except ImportError:
+        return False
+    major, minor = (int(x) for x in setuptools.__version__.split(".")[:2])
+    return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """`pip wheel --no-deps` of a copy of this checkout (tests/, devtools/ and all: what must stay
+    out has to be there to be left out); offline when this interpreter's setuptools can build one."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    src = tmp / "src"
+    for rel in files:
+        if (ROOT / rel).is_file() or (ROOT / rel).is_symlink():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, src / rel, follow_symlinks=False)  # trainstack/conf stays a link to conf/
+    assert (src / "devtools" / "trainstack_dev" / "fakes" / "hub.py").is_file()
+    offline = ["--no-build-isolation"] if _setuptools_builds_wheels_offline() else []
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *offline, "-w", str(tmp / "dist"),
+                          str(src)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (whl,) = (tmp / "dist").glob("trainstack-*.whl")
+    return zipfile.ZipFile(whl)
+
+
+def test_wheel_installs_only_our_top_level_packages(wheel):
+    names = wheel.namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"trainstack", "trainstack_plugins", "hydra_plugins"}, top
+    top_level_txt = next((n for n in names if n.endswith(".dist-info/top_level.txt")), None)
+    if top_level_txt:
+        assert set(wheel.read(top_level_txt).decode().split()) <= top
+    assert "trainstack_plugins/http_env/generate.py" in names
+    assert "hydra_plugins/trainstack_lium/launcher.py" in names
+
+
+def test_wheel_ships_no_fakes_or_test_support(wheel):
+    modules = [n for n in wheel.namelist() if n.endswith(".py")]
+    leaked = [n for n in modules if {"fakes", "tests", "devtools", "trainstack_dev"} & set(n.split("/"))
+              or Path(n).stem in ("oracle", "conftest") or n.startswith("plugins/")]
+    assert leaked == [], leaked
+    assert len(modules) > 50  # the package itself is there
+
+
+def test_wheel_ships_conf_yaml(wheel):
+    names = set(wheel.namelist())
+    repo_conf = sorted(p.relative_to(ROOT / "conf").as_posix() for p in (ROOT / "conf").rglob("*.yaml"))
+    assert len(repo_conf) > 40
+    missing = [c for c in repo_conf if f"trainstack/conf/{c}" not in names]
+    assert missing == [], missing
+    assert "trainstack/data/slime_models.json" in names
+
+
+def test_old_plugin_name_is_refused_with_the_new_one(in_tmp):
+    with pytest.raises(ConfigErrors) as e:
+        build_from_overrides(["experiment=cpu-agentic", f"env.custom_generate_function_path={OLD_GENERATE}"])
+    (err,) = [x for x in e.value.errors if OLD_GENERATE in x.problem]
+    assert err.key.endswith("custom_generate_function_path") and err.value == OLD_GENERATE
+    assert "trainstack_plugins.http_env" in err.problem and err.fix == f"write {NEW_GENERATE}"
+    # the user's command: one message naming the key and the fix, exit 2, nothing launched, no traceback
+    res = run_py("experiment=cpu-agentic", f"env.custom_generate_function_path={OLD_GENERATE}", cwd=in_tmp)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert NEW_GENERATE in res.stderr and "Traceback" not in res.stderr
+    assert not (in_tmp / "runs").exists()
+    # the new name is found where the trainer looks, without importing it
+    assert locate(NEW_GENERATE, [str(ROOT / "plugins")]) == ""
+    assert locate(OLD_GENERATE, [str(ROOT / "plugins")]) == f"renamed: use {NEW_GENERATE!r}"
 
 
 @pytest.mark.slow
