@@ -153,3 +153,9 @@ def test_the_check_spawns_no_process_and_is_cheap(tmp_path, monkeypatch):
 def test_commits_compare_full_or_abbreviated():
     assert same_commit(TABLE, TABLE[:8]) and same_commit(TABLE[:7], TABLE)
     assert not same_commit(TABLE, TABLE[:6]) and not same_commit(TABLE, OTHER)
+
+
+def test_the_image_declares_the_table_commit():
+    dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+    assert f"ARG SLIME_COMMIT={TABLE}\n" in dockerfile and "TRAINSTACK_SLIME_COMMIT=${SLIME_COMMIT}" in dockerfile
+    assert DECLARED_ENV == "TRAINSTACK_SLIME_COMMIT"
