@@ -26,7 +26,7 @@ from trainstack.slime_version import version_problems
 PREPARED_DATA_DESTS = ("prompt_data", "eval_prompt_data", "hf_checkpoint")  # hf_checkpoint: a tokenizer dir (cpu-agentic)
 # Inputs the trainer reads, by the kind of filesystem object they must be.
 INPUT_FILES = ("prompt_data", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config")
-INPUT_DIRS = ("hf_checkpoint", "ref_load", "critic_load", "opd_teacher_load")
+INPUT_DIRS = ("hf_checkpoint", "ref_load", "opd_teacher_load")
 INPUT_ANY = ("tokenizer_model",)
 # slime dests that name a Python object (`pkg.module.attr`) slime imports; files are not plugins.
 NOT_PLUGINS = frozenset({"custom_config_path", "megatron_config_path"})

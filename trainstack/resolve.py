@@ -46,7 +46,7 @@ PRIMARY_CONFIG = "config"  # conf/config.yaml: Hydra's config_name
 
 # Dests whose values are filesystem paths (rendered absolute: Ray workers run in a temp dir).
 PATH_DESTS = frozenset({
-    "hf_checkpoint", "ref_load", "load", "save", "prompt_data", "critic_load", "critic_save",
+    "hf_checkpoint", "ref_load", "load", "save", "prompt_data",
     "opd_teacher_load", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config",
     "dump_details", "wandb_dir", "save_hf", "tokenizer_model", "data_path", "save_debug_rollout_data",
 })
