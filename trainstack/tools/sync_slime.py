@@ -678,7 +678,8 @@ def cmd_args(ns: argparse.Namespace) -> int:
     if ns.check and diffs:
         sys.stdout.write("".join(diffs))
         return 1
-    print(f"sync_slime: {doc['meta']['counts']['total']} actions -> {out}")
+    print(f"sync_slime: {doc['meta']['counts']['total']} actions -> {out}; next: `python -m trainstack.tools.sync_slime "
+          "identity` (which new dests count in the run_id), `help`, `presets`, and docker/Dockerfile's SLIME_COMMIT")
     return 0
 
 
