@@ -67,7 +67,7 @@ def test_every_slime_derived_data_file_is_from_the_tables_commit():
 
     from trainstack.argtable import DATA_DIR
 
-    commit = load_table().slime_commit
+    commit = at.load_table().slime_commit
     assert len(commit) == 40
     for name in ("slime_help.json", "slime_models.json", "run_identity.json"):
         meta = json.loads((DATA_DIR / name).read_text(encoding="utf-8"))["meta"]
