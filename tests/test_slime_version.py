@@ -147,7 +147,7 @@ def test_the_check_spawns_no_process_and_is_cheap(tmp_path, monkeypatch):
     for _ in range(1000):
         errors = version_problems(tmp_path, TABLE)
     per_check = (time.perf_counter() - start) / 1000
-    assert len(errors) == 1 and per_check < 0.002, per_check
+    assert len(errors) == 1 and per_check < 0.005, per_check  # a `git rev-parse` spawn alone takes ~5-10 ms
 
 
 def test_commits_compare_full_or_abbreviated():

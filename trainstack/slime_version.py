@@ -37,7 +37,7 @@ def git_dir(root: Path) -> Path | None:
     text = _read(dot) if dot.is_file() else None
     if text and text.startswith("gitdir:"):
         target = Path(text[len("gitdir:"):].strip())
-        return target if target.is_absolute() else (root / target).resolve()
+        return target if target.is_absolute() else root / target  # the kernel resolves `..` (symlinks too)
     return None
 
 
@@ -47,7 +47,7 @@ def _ref_dirs(gitdir: Path) -> list[Path]:
     if not common:
         return [gitdir]
     cpath = Path(common)
-    return [gitdir, cpath if cpath.is_absolute() else (gitdir / cpath).resolve()]
+    return [gitdir, cpath if cpath.is_absolute() else gitdir / cpath]
 
 
 def _resolve_ref(gitdir: Path, ref: str, depth: int = 0) -> str | None:
