@@ -58,3 +58,17 @@ def test_abbreviation_suggests_the_flag_it_abbreviates():
     assert table.suggest("sglang_mem_frac") == ["sglang_mem_fraction_static"]
     assert table.suggest("--sglang-mem-frac") == ["sglang_mem_fraction_static"]
     assert table.suggest("rollout_batchsize") == ["rollout_batch_size"]
+
+
+def test_every_slime_derived_data_file_is_from_the_tables_commit():
+    """The table, its help texts, the model scripts and the run-identity review are facts about one slime
+    commit (the one the launch compares the checkout with: trainstack/slime_version.py)."""
+    import json
+
+    from trainstack.argtable import DATA_DIR
+
+    commit = at.load_table().slime_commit
+    assert len(commit) == 40
+    for name in ("slime_help.json", "slime_models.json", "run_identity.json"):
+        meta = json.loads((DATA_DIR / name).read_text(encoding="utf-8"))["meta"]
+        assert meta["slime_commit"] == commit, name

@@ -133,3 +133,67 @@ def test_changed_data_is_refused_on_resume_and_when_a_stored_run_executes(tmp_pa
 def test_refusals_write_nothing(tmp_path):
     res = run_py("args.save=/tmp/x", "run_id=never", cwd=tmp_path)
     assert res.returncode == 2 and files_under(tmp_path) == []
+
+
+# --- which dests count in the run_id: each by name (trainstack/data/run_identity.json) ---------------
+
+
+def test_every_dest_of_the_table_counts_or_is_excluded_by_name():
+    from trainstack.argtable import load_table
+    from trainstack.identity import excluded_dests, identity_table
+
+    table, doc = load_table(), identity_table()
+    groups = {name: set(g["dests"]) for name, g in doc["excluded"].items()}
+    counted = set(doc["identity"])
+    assert doc["meta"]["slime_commit"] == table.slime_commit  # reviewed against this table
+    for name, dests in groups.items():
+        assert doc["excluded"][name]["why"].strip(), name
+        assert not dests & counted, (name, sorted(dests & counted)[:5])
+        assert dests <= set(table.dests()), (name, sorted(dests - set(table.dests())))
+        for other, more in groups.items():
+            assert other == name or not dests & more, (name, other)
+    assert counted | excluded_dests() == set(table.dests())
+    # the former prefix rules, now names: every W&B, TensorBoard, SGLang and router dest is listed by name
+    assert {"wandb_project", "sglang_mem_fraction_static", "router_policy", "tensorboard_dir"} <= excluded_dests()
+    assert {"lr", "kl_coef", "rollout_temperature", "advantage_estimator"} <= counted
+
+
+def test_the_identity_file_is_in_step_with_the_table():
+    res = subprocess.run([sys.executable, "-m", "trainstack.tools.sync_slime", "identity", "--check"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0 and res.stdout == "", res.stdout + res.stderr
+
+
+def _table_with(tmp_path, dest: str, flag: str):
+    """A copy of the argument table with one more slime dest (a regenerated table at a newer slime)."""
+    from trainstack.tools.sync_slime import ARGS_JSON
+
+    raw = json.loads(ARGS_JSON.read_text(encoding="utf-8"))
+    raw["arguments"].append({"option_strings": [flag], "dest": dest, "source": "slime", "action": "_StoreAction",
+                             "type": "float", "default": None, "choices": None, "nargs": None})
+    path = tmp_path / "slime_args.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize("dest,flag", [("wandb_reward_shaping", "--wandb-reward-shaping"),
+                                       ("sglang_logprob_temperature", "--sglang-logprob-temperature")])
+def test_a_new_dest_with_a_formerly_excluded_prefix_changes_the_run_id(tmp_path, monkeypatch, dest, flag):
+    """A prefix rule would have left these out of the identity; by name, a new dest counts until a
+    reviewer says otherwise, and `sync_slime identity` names it for review."""
+    from trainstack import argtable as at
+
+    path = _table_with(tmp_path, dest, flag)
+    out = tmp_path / "run_identity.json"
+    shutil.copy(ROOT / "trainstack" / "data" / "run_identity.json", out)
+    res = subprocess.run([sys.executable, "-m", "trainstack.tools.sync_slime", "identity", "--table", str(path),
+                          "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0 and f"new dest {dest} counts in the run_id" in res.stdout, res.stdout + res.stderr
+    assert dest in json.loads(out.read_text())["identity"]
+    table = at.ArgTable(json.loads(path.read_text()))
+    monkeypatch.setattr(at, "load_table", lambda path=None: table)
+    base, _ = build_from_overrides([])
+    same, _ = build_from_overrides(["args.sglang_mem_fraction_static=0.5", "args.wandb_project=elsewhere"])
+    new, _ = build_from_overrides([f"args.{dest}=0.5"])
+    assert base.run_id == same.run_id  # listed as excluded: engine tuning, tracking
+    assert new.run_id != base.run_id

@@ -15,16 +15,18 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from trainstack.argtable import load_table
 from trainstack.errors import ConfigError
 from trainstack.plugin_paths import locate
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
+from trainstack.slime_version import version_problems
 
 # Data paths an env's `meta.prepare` hook writes at launch (under data_root).
 PREPARED_DATA_DESTS = ("prompt_data", "eval_prompt_data", "hf_checkpoint")  # hf_checkpoint: a tokenizer dir (cpu-agentic)
 # Inputs the trainer reads, by the kind of filesystem object they must be.
 INPUT_FILES = ("prompt_data", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config")
-INPUT_DIRS = ("hf_checkpoint", "ref_load", "critic_load", "opd_teacher_load")
+INPUT_DIRS = ("hf_checkpoint", "ref_load", "opd_teacher_load")
 INPUT_ANY = ("tokenizer_model",)
 # slime dests that name a Python object (`pkg.module.attr`) slime imports; files are not plugins.
 NOT_PLUGINS = frozenset({"custom_config_path", "megatron_config_path"})
@@ -112,9 +114,12 @@ def slime_script(facts: HostFacts) -> Path | None:
 
 
 def slime_checkout_problems(facts: HostFacts) -> list[ConfigError]:
+    """The checkout has the entrypoint and is at the commit the argument table was read from."""
     script = slime_script(facts)
-    if script is None or script.is_file():
+    if script is None:
         return []
+    if script.is_file():
+        return version_problems(script.parent, load_table().slime_commit)
     return [ConfigError("slime.root", f"the slime checkout this run uses has no {script.name}: {script} does not "
                         "exist on this machine, which is where the trainer would run",
                         "`git submodule update --init slime` in the trainstack checkout, or set "
@@ -139,6 +144,8 @@ def deferred_checks(facts: HostFacts) -> list[str]:
     script = slime_script(facts)
     if script is not None:
         out.append(f"slime checkout {script.parent} has {script.name}")
+        out.append(f"slime checkout {script.parent} is at slime {load_table().slime_commit[:12]} (the argument "
+                   "table's commit)")
     for dest, kind, path in _inputs(facts):
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
     for dest, value in _plugins(facts):

@@ -13,13 +13,44 @@ mtime is not used: copying a dataset keeps its identity, touching it does not ch
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 HEAD_BYTES = 1 << 20
 MAX_DIR_ENTRIES = 10_000
 # Dests whose inputs define what is trained (full path in the run_id; content checked on resume).
 INPUT_DESTS = ("hf_checkpoint", "ref_load", "prompt_data")
+
+# Which slime dests count in the run_id, each by name: `identity` lists the dests that do, `excluded`
+# the ones that do not, grouped by why (layout, performance, engine, tracking, outputs, inputs, length).
+# Reviewed against the argument table's commit; a dest in neither list (a table regenerated and not
+# reviewed yet) counts in the identity: a changed run_id refuses a resume, a missed one would
+# silently continue a different training. `python -m trainstack.tools.sync_slime identity` keeps it
+# in step with the table and names the new dests to review.
+IDENTITY_PATH = Path(__file__).resolve().parent / "data" / "run_identity.json"
+
+
+@lru_cache(maxsize=1)
+def identity_table() -> dict[str, Any]:
+    with open(IDENTITY_PATH, encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def excluded_dests() -> frozenset[str]:
+    """Every dest left out of the run_id hash, by name."""
+    return frozenset(d for group in identity_table()["excluded"].values() for d in group["dests"])
+
+
+def why_excluded(dest: str) -> str | None:
+    """Why a dest is left out of the run_id (None: it counts)."""
+    for group in identity_table()["excluded"].values():
+        if dest in group["dests"]:
+            return str(group["why"])
+    return None
 
 
 def identity_path(path: str, roots: dict[str, str]) -> str:

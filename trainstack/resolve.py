@@ -18,6 +18,7 @@ from typing import Any
 
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
 from trainstack.secrets import env_fix, is_secret_name, redact_override
 from trainstack.schema import (
@@ -45,34 +46,19 @@ PRIMARY_CONFIG = "config"  # conf/config.yaml: Hydra's config_name
 
 # Dests whose values are filesystem paths (rendered absolute: Ray workers run in a temp dir).
 PATH_DESTS = frozenset({
-    "hf_checkpoint", "ref_load", "load", "save", "prompt_data", "critic_load", "critic_save",
+    "hf_checkpoint", "ref_load", "load", "save", "prompt_data",
     "opd_teacher_load", "custom_config_path", "eval_config", "megatron_config_path", "sglang_config",
     "dump_details", "wandb_dir", "save_hf", "tokenizer_model", "data_path", "save_debug_rollout_data",
 })
 # nargs lists whose odd positions are paths (`--eval-prompt-data name path [name path ...]`).
 PAIRED_PATH_DESTS = frozenset({"eval_prompt_data"})
 
-# Keys that do not change what is learned: resource layout, parallelism, performance knobs,
-# logging and paths. They are left out of the run_id hash so moving a run to more GPUs or
-# renaming a directory keeps its identity (and its checkpoints).
-NON_TRAINING_PREFIXES = (
-    "sglang_", "router_", "wandb_", "tb_", "tensorboard", "recompute_", "log_", "moe_token_dispatcher",
-)
-NON_TRAINING_DESTS = frozenset({
-    "actor_num_nodes", "actor_num_gpus_per_node", "rollout_num_gpus", "rollout_num_gpus_per_engine",
-    "num_gpus_per_node", "colocate", "offload", "offload_train", "offload_rollout",
-    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-    "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
-    "use_dynamic_batch_size", "max_tokens_per_gpu", "log_probs_max_tokens_per_gpu", "micro_batch_size",
-    "balance_data", "use_wandb", "use_tensorboard", "save_interval", "eval_interval", "keep_old_actor",
-    "async_save", "prefill_num_servers", "accumulate_allreduce_grads_in_fp32", "attention_backend",
-    "hf_checkpoint", "ref_load", "load", "save", "prompt_data", "eval_prompt_data",
-    "use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
-    # run length: raising it is "continue for N more rollouts" of the same run
-    "num_rollout", "num_epoch",
-    # what is saved besides the checkpoint (HF exports, rollout/train dumps): not what is learned
-    "save_hf", "save_debug_rollout_data", "save_debug_train_data", "dump_details",
-})
+# Dests that do not change what is learned (resource layout, parallelism, performance knobs, the
+# SGLang engines, logging, saved outputs, input paths, run length), each by name with the reason in
+# trainstack/data/run_identity.json (trainstack/identity.py). They are left out of the run_id hash so
+# moving a run to more GPUs or renaming a directory keeps its identity (and its checkpoints); a dest
+# not listed there, a new one included, counts.
+NON_TRAINING_DESTS = excluded_dests()
 
 @lru_cache(maxsize=32)
 def _experiment_tree(path: str) -> dict:
@@ -365,7 +351,7 @@ def config_hash(args: dict[str, Any], extra: dict[str, Any], roots: dict[str, st
     from trainstack.identity import INPUT_DESTS, identity_path
 
     relevant = {k: v for k, v in args.items()
-                if v is not None and k not in NON_TRAINING_DESTS and not k.startswith(NON_TRAINING_PREFIXES)}
+                if v is not None and k not in NON_TRAINING_DESTS}
     for dest in INPUT_DESTS:
         if isinstance(args.get(dest), str):
             relevant[dest] = identity_path(args[dest], roots or {})

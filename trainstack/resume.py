@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from trainstack.checkpoints import CheckpointState, inspect
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES
+from trainstack.resolve import NON_TRAINING_DESTS
 from trainstack.identity import input_changes, inputs_of
 from trainstack.rundir import RunDir, layout
 from trainstack.schema import HubSpec, ResumeSpec
@@ -61,7 +61,7 @@ class ResumePlan:
 
 def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in args.items()
-            if k not in NON_TRAINING_DESTS and not k.startswith(NON_TRAINING_PREFIXES) and v is not None}
+            if k not in NON_TRAINING_DESTS and v is not None}
 
 
 def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -109,6 +109,7 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text("raise SystemExit('a stand-in for slime/train.py')\n")
         made.append(str(script))
+        fake_slime_git(script.parent)
         for _dest, value in _plugins(facts):  # slime's own plugin modules (slime.rollout.sft_rollout, ...)
             module, _, fn = value.rpartition(".")
             if module.startswith("slime."):
@@ -125,6 +126,15 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
             p.write_text("{}\n")
         made.append(str(p))
     return made
+
+
+def fake_slime_git(root: Path, commit: str | None = None) -> None:
+    """Git metadata of a slime checkout at `commit` (default: the argument table's), as the host's
+    version check reads it (`trainstack/slime_version.py`)."""
+    from trainstack.argtable import load_table
+
+    (root / ".git").mkdir(parents=True, exist_ok=True)
+    (root / ".git" / "HEAD").write_text((commit or load_table().slime_commit) + "\n")
 
 
 def write_checkpoint(save_dir: Path, rollout_id: int) -> None:

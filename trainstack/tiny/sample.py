@@ -41,7 +41,7 @@ class Sample:
     # replay
     rollout_log_probs: Optional[list[float]] = None
     rollout_top_p_token_ids: Any = None
-    rollout_top_p_offsets: Any = None
+    rollout_top_p_token_offsets: Any = None
     rollout_routed_experts: Any = None
     teacher_log_probs: Optional[list[float]] = None
     # control

@@ -4,12 +4,17 @@ argument table.
     python -m trainstack.tools.sync_slime presets [--slime-root PATH | --models-json PATH] [--out conf/model] [--check]
     python -m trainstack.tools.sync_slime models-json --slime-root PATH [--out PATH] [--check]
     python -m trainstack.tools.sync_slime args --slime-root PATH [--megatron-root PATH] [--out PATH]
+    python -m trainstack.tools.sync_slime identity [--check]
 
 ``presets`` turns every ``scripts/models/<name>.sh`` (read from the packaged
 ``trainstack/data/slime_models.json`` or re-sourced from a slime checkout) into
 ``conf/model/<name>.yaml``: the script's flags as argparse dests, typed by the argument table,
 plus ``meta``, checkpoint paths and the size-dependent defaults of ``model_meta.MODELS``.
 ``--check`` writes nothing and exits 1 with a diff when the committed files differ.
+
+``identity`` keeps ``trainstack/data/run_identity.json`` (which dests count in a run_id, each by
+name) in step with the argument table: new dests count in the identity until a reviewer moves them
+to an excluded group; dests the table lost are dropped.
 
 ``args`` needs slime's dependencies (Megatron-LM, sglang, sglang_router) importable; it builds
 slime's real parsers in-process and serialises every action (``serialize_parser``).
@@ -31,6 +36,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT / "trainstack" / "data"
 MODELS_JSON = DATA_DIR / "slime_models.json"
 ARGS_JSON = DATA_DIR / "slime_args.json"
+IDENTITY_JSON = DATA_DIR / "run_identity.json"
 PRESET_DIR = REPO_ROOT / "conf" / "model"
 
 # Presets in conf/model/ that are not generated from slime scripts (owned elsewhere; never touched).
@@ -675,7 +681,8 @@ def cmd_args(ns: argparse.Namespace) -> int:
     if ns.check and diffs:
         sys.stdout.write("".join(diffs))
         return 1
-    print(f"sync_slime: {doc['meta']['counts']['total']} actions -> {out}")
+    print(f"sync_slime: {doc['meta']['counts']['total']} actions -> {out}; next: `python -m trainstack.tools.sync_slime "
+          "identity` (which new dests count in the run_id), `help`, `presets`, and docker/Dockerfile's SLIME_COMMIT")
     return 0
 
 
@@ -724,6 +731,47 @@ def cmd_help(ns: argparse.Namespace) -> int:
 
 
 # =============================================================================================
+# identity: which dests count in a run_id, each by name
+# =============================================================================================
+
+
+def build_identity_json(dests: Iterable[str], slime_commit: str, previous: Mapping[str, Any]
+                        ) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(document, new dests, dropped dests): the previous classification carried over for every
+    dest of the table; a new dest counts in the identity (a reviewer may move it to a group)."""
+    table = set(dests)
+    excluded = {name: {"why": g["why"], "dests": sorted(set(g["dests"]) & table)}
+                for name, g in previous.get("excluded", {}).items()}
+    known = set(previous.get("identity", [])).union(*(set(g["dests"]) for g in previous.get("excluded", {}).values()))
+    taken = set().union(*(set(g["dests"]) for g in excluded.values()))
+    doc = {"meta": {**previous.get("meta", {}), "slime_commit": slime_commit},
+           "excluded": excluded, "identity": sorted(table - taken)}
+    return doc, sorted(table - known), sorted(known - table)
+
+
+def dump_identity_json(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+
+
+def cmd_identity(ns: argparse.Namespace) -> int:
+    from trainstack.argtable import ArgTable
+
+    table = ArgTable(json.loads(Path(ns.table).read_text(encoding="utf-8")))
+    previous = json.loads(Path(ns.out).read_text(encoding="utf-8")) if Path(ns.out).exists() else {}
+    doc, new, dropped = build_identity_json(table.dests(), table.slime_commit, previous)
+    diffs = sync_files({Path(ns.out): dump_identity_json(doc)}, check=ns.check)
+    for d in new:
+        print(f"sync_slime identity: new dest {d} counts in the run_id; if it does not change what is learned, move "
+              f"it to a group of 'excluded' in {Path(ns.out).name}")
+    for d in dropped:
+        print(f"sync_slime identity: {d} is no longer a slime dest; dropped")
+    if ns.check and diffs:
+        sys.stdout.write("".join(diffs))
+        return 1
+    return 0
+
+
+# =============================================================================================
 # CLI
 # =============================================================================================
 
@@ -754,6 +802,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--out", default=str(out))
         sp.add_argument("--check", action="store_true")
         sp.set_defaults(fn=fn)
+    ide = sub.add_parser("identity", help="keep run_identity.json (dests in / out of the run_id) in step with the table")
+    ide.add_argument("--table", default=str(ARGS_JSON), help="argument table (default: the packaged one)")
+    ide.add_argument("--out", default=str(IDENTITY_JSON))
+    ide.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if the file is out of date")
+    ide.set_defaults(fn=cmd_identity)
     return p
 
 

@@ -1,0 +1,337 @@
+"""The upstream contract: every slime internal trainstack relies on is still in the `slime/` submodule.
+
+trainstack never imports slime (it needs GPUs), so nothing else notices when slime renames a module,
+changes a plugin signature, drops a `Sample` field or moves a file. This test reads slime's source with
+`ast` and checks, each with a message naming the symbol and what in trainstack relies on it:
+
+- the submodule is at the argument table's commit;
+- entrypoints (`train.py`, `train_async.py`), `tools/convert_hf_to_torch_dist.py` (docs/models.md), the
+  model scripts the presets were generated from (`scripts/models/<name>.sh`);
+- every `slime.*` plugin path trainstack's configs and the tiny trainer's defaults name (module and name);
+- how slime calls plugins: `load_function`, the custom generate function `(args, sample,
+  sampling_params[, evaluation=])`, the reward function `(args, sample, **kwargs)`, sample hooks,
+  `--custom-config-path` setting each top-level YAML key on `args` (the HTTP env's settings);
+- `Sample`: every field and method the tiny trainer's mirror (trainstack/tiny/sample.py) and the HTTP env
+  plugin use, and the status values;
+- the files slime writes that trainstack reads: the checkpoint tracker, the data cursor, the rollout dumps;
+- the metric keys trainstack reads (`rollout/raw_reward`, the step keys);
+- what `sync_slime` builds the argument table from, and the formulas the tiny loss mirrors.
+
+It runs in CI against the submodule `.ci/run` fills from the bundle; it skips (with the reason) only when
+`slime/` is empty outside CI (`CI` unset), and fails when it is empty in CI.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from trainstack.argtable import load_table
+
+SLIME = ROOT / "slime"
+
+
+def when_empty(root: Path, env: dict[str, str]) -> tuple[str, str] | None:
+    """None when `root` holds slime's source; else ("skip" | "fail", why): empty is a failure in CI."""
+    if (root / "slime" / "__init__.py").is_file():
+        return None
+    why = (f"the slime/ submodule ({root}) is empty: fill it with `git submodule update --init slime` (or from the "
+           "bundle, README 'Quick start'); the upstream contract is checked against its source")
+    if env.get("CI", "").lower() in ("1", "true", "yes"):
+        return "fail", f"CI: {why} (.ci/run fills it from ../shared/upstream)"
+    return "skip", why
+
+
+@pytest.fixture(autouse=True, scope="module")
+def slime_checkout() -> Path:
+    verdict = when_empty(SLIME, dict(os.environ))
+    if verdict is not None:
+        (pytest.fail if verdict[0] == "fail" else pytest.skip)(verdict[1])
+    return SLIME
+
+
+def test_an_empty_submodule_skips_outside_ci_and_fails_in_ci(tmp_path):
+    assert when_empty(SLIME, {}) is None
+    assert when_empty(tmp_path, {})[0] == "skip"
+    kind, why = when_empty(tmp_path, {"CI": "true"})
+    assert kind == "fail" and "git submodule update --init slime" in why
+
+
+def test_a_missing_symbol_fails_naming_it():
+    with pytest.raises(AssertionError, match=r"slime symbol slime.utils.types.Sampel is missing .*no 'Sampel'"):
+        symbol("slime.utils.types.Sampel", "a test")
+    with pytest.raises(pytest.fail.Exception, match="slime module slime.utils.typos is missing"):
+        module("slime.utils.typos")
+
+
+@lru_cache(maxsize=None)
+def module(dotted: str) -> ast.Module:
+    """slime's module `dotted` (`slime.utils.types`), parsed; fails naming it when missing."""
+    base = SLIME.joinpath(*dotted.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    pytest.fail(f"slime module {dotted} is missing from slime/ ({base.relative_to(ROOT)}.py)")
+
+
+def top_level(tree: ast.Module) -> dict[str, ast.AST]:
+    """Names a module defines at top level (functions, classes, assignments, imports)."""
+    out: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                out[(alias.asname or alias.name).split(".")[0]] = node
+    return out
+
+
+def symbol(path: str, why: str) -> ast.AST:
+    """`pkg.module.name` in slime's source: the module exists and defines the name."""
+    mod, _, name = path.rpartition(".")
+    found = top_level(module(mod)).get(name)
+    assert found is not None, f"slime symbol {path} is missing ({mod} defines no {name!r}); trainstack relies on it: {why}"
+    return found
+
+
+def params(fn: ast.AST) -> list[str]:
+    assert isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)), fn
+    a = fn.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    return names + ([f"*{a.vararg.arg}"] if a.vararg else []) + ([f"**{a.kwarg.arg}"] if a.kwarg else [])
+
+
+def calls(tree: ast.AST, func_name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and (isinstance(n.func, ast.Name) and n.func.id == func_name
+                 or isinstance(n.func, ast.Attribute) and n.func.attr == func_name)]
+
+
+def strings(tree: ast.AST) -> set[str]:
+    """Every string constant, and the literal parts of f-strings joined with `{}` for each field."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            out.add(n.value)
+        elif isinstance(n, ast.JoinedStr):
+            out.add("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in n.values))
+    return out
+
+
+def package_strings(package: str) -> set[str]:
+    out: set[str] = set()
+    for path in sorted(SLIME.joinpath(*package.split(".")).rglob("*.py")):
+        out |= strings(ast.parse(path.read_text(encoding="utf-8")))
+    return out
+
+
+# --- the commit ---------------------------------------------------------------------------------------
+
+
+def test_the_submodule_is_at_the_argument_tables_commit():
+    from trainstack.slime_version import head_commit
+
+    table = load_table().slime_commit
+    git = subprocess.run(["git", "-C", str(SLIME), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert git.returncode == 0, git.stderr
+    assert git.stdout.strip() == table, (f"slime/ is at {git.stdout.strip()} but the argument table was read from "
+                                         f"{table}: pin the submodule to it, or regenerate the table "
+                                         "(`python -m trainstack.tools.sync_slime args --slime-root slime`)")
+    assert head_commit(SLIME) == table  # the launch's own reading (no git) agrees with git
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rel,why", [
+    ("train.py", "the synchronous entrypoint (slime.entrypoint / algo meta `train.py`)"),
+    ("train_async.py", "the asynchronous entrypoint (algo meta `train_async.py`, conf/algo/sft.yaml)"),
+    ("tools/convert_hf_to_torch_dist.py", "docs/models.md: converting HF checkpoints to torch_dist"),
+])
+def test_entrypoints_and_tools_exist(rel, why):
+    assert (SLIME / rel).is_file(), f"slime/{rel} is missing; trainstack relies on it: {why}"
+
+
+def test_every_model_preset_has_its_upstream_script():
+    models = json.loads((ROOT / "trainstack" / "data" / "slime_models.json").read_text())["models"]
+    missing = [name for name in models if not (SLIME / "scripts" / "models" / f"{name}.sh").is_file()]
+    assert not missing, f"slime scripts/models/<name>.sh missing for presets {missing} (conf/model/*.yaml)"
+
+
+# --- plugin paths ----------------------------------------------------------------------------------------
+
+
+def plugin_paths() -> list[tuple[str, str]]:
+    """(`slime.x.y.fn`, where trainstack names it) over the config tree and the tiny trainer's defaults."""
+    import yaml
+
+    from trainstack.tiny import flags
+
+    out = []
+
+    def walk(node, where: str) -> None:
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v, where)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, where)
+        elif isinstance(node, str) and re.fullmatch(r"slime(\.\w+)+", node):
+            out.append((node, where))
+
+    for path in sorted((ROOT / "conf").rglob("*.yaml")):
+        walk(yaml.safe_load(path.read_text()) or {}, str(path.relative_to(ROOT)))
+    for name in dir(flags):
+        value = getattr(flags, name)
+        if name.startswith("_DEFAULT_") and isinstance(value, str) and value.startswith("slime."):
+            out.append((value, f"trainstack/tiny/flags.py {name}"))
+    return out
+
+
+def test_plugin_paths_trainstack_names_exist_in_slime():
+    paths = plugin_paths()
+    assert len(paths) >= 4, paths  # sft rollout, dapo filter, the default rollout and data source
+    for path, where in paths:
+        symbol(path, f"named in {where}")
+
+
+def test_how_slime_loads_and_calls_plugins():
+    fn = symbol("slime.utils.misc.load_function", "every `*_path` plugin is imported by it (pkg.module.attr)")
+    assert params(fn) == ["path"] and 'rpartition' in ast.unparse(fn), "slime.utils.misc.load_function changed"
+    # the custom generate function: (args, sample, sampling_params[, evaluation=])
+    rollout = module("slime.rollout.sglang_rollout")
+    assert params(symbol("slime.rollout.sglang_rollout.generate", "the default generate function")) == \
+        ["args", "sample", "sampling_params"]
+    custom = calls(rollout, "custom_generate_func")
+    assert any(len(c.args) == 3 and any(k.arg == "evaluation" for k in c.keywords) for c in custom) and \
+        any(len(c.args) == 3 and not c.keywords for c in custom), \
+        "slime.rollout.sglang_rollout no longer calls --custom-generate-function-path as (args, sample, " \
+        "sampling_params[, evaluation=]) (plugins/http_env/generate.py.generate)"
+    assert "custom_generate_function_path" in ast.unparse(rollout)
+    # the reward function: await rm(args, sample, **kwargs)
+    rm = symbol("slime.rollout.rm_hub.async_rm", "--custom-rm-path dispatch (trainstack/tiny/arithmetic.reward)")
+    assert params(rm)[:2] == ["args", "sample"]
+    assert any(len(c.args) == 2 and any(k.arg is None for k in c.keywords) for c in calls(rm, "rm_function")), \
+        "slime.rollout.rm_hub.async_rm no longer calls --custom-rm-path as (args, sample, **kwargs)"
+    hooks = symbol("slime.rollout.sample_hooks.apply_rollout_sample_hooks", "--rollout-sample-hook-path")
+    assert params(hooks)[:2] == ["args", "value"] and "rollout_sample_hook_path" in ast.unparse(hooks)
+
+
+def test_custom_config_path_sets_each_top_level_key_on_args():
+    """The HTTP env's settings reach its generate function as `args.http_env` (trainstack writes the YAML)."""
+    from trainstack.http_env.settings import CONFIG_KEY
+
+    tree = module("slime.utils.arguments")
+    blocks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "args.custom_config_path"]
+    assert blocks, "slime.utils.arguments no longer reads --custom-config-path"
+    body = ast.Module(body=blocks[0].body, type_ignores=[])
+    assert calls(body, "safe_load") and any(ast.unparse(c.args[0]) == "args" for c in calls(body, "setattr")), \
+        f"--custom-config-path no longer sets each top-level YAML key on args (args.{CONFIG_KEY} for the HTTP env)"
+
+
+# --- Sample ------------------------------------------------------------------------------------------
+
+
+def slime_sample() -> ast.ClassDef:
+    node = symbol("slime.utils.types.Sample", "custom generate/reward functions and the tiny trainer's mirror")
+    assert isinstance(node, ast.ClassDef)
+    return node
+
+
+def test_sample_fields_and_status_values():
+    from trainstack.tiny.sample import Sample as Mirror
+
+    cls = slime_sample()
+    upstream = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    mirror = {f.name for f in fields(Mirror)}
+    missing = sorted(mirror - upstream)
+    assert not missing, f"slime's Sample has no field(s) {missing} (trainstack/tiny/sample.py mirrors them)"
+    # what the HTTP env plugin reads and writes (plugins/http_env/generate.py)
+    used = {"prompt", "label", "metadata", "tokens", "response", "response_length", "loss_mask",
+            "rollout_log_probs", "reward", "status", "remove_sample"}
+    assert used <= upstream, f"slime's Sample has no field(s) {sorted(used - upstream)} (plugins/http_env)"
+    status = next(n for n in cls.body if isinstance(n, ast.ClassDef) and n.name == "Status")
+    values = {t.id: n.value.value for n in status.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+              for t in n.targets if isinstance(t, ast.Name)}
+    assert values == {s.name: s.value for s in Mirror.Status}, f"Sample.Status changed: {values}"
+
+
+@pytest.mark.parametrize("method", ["append_response_tokens", "get_reward_value"])
+def test_sample_methods_the_mirror_offers(method):
+    from trainstack.tiny.sample import Sample as Mirror
+
+    node = next((n for n in slime_sample().body if isinstance(n, ast.FunctionDef) and n.name == method), None)
+    assert node is not None, f"slime's Sample.{method} is missing (trainstack/tiny/sample.py offers it to plugins)"
+    import inspect
+
+    ours = [p for p in inspect.signature(getattr(Mirror, method)).parameters if p != "self"]
+    theirs = params(node)
+    assert set(ours) <= set(theirs), f"Sample.{method}: slime takes {theirs}, the tiny mirror {ours}"
+
+
+# --- files slime writes, metrics it logs ---------------------------------------------------------------
+
+
+def test_checkpoint_and_rollout_files_trainstack_reads():
+    from trainstack.rundir import layout
+
+    assert layout.TRACKER in package_strings("slime.utils"), \
+        f"slime no longer reads the checkpoint tracker {layout.TRACKER} (trainstack/checkpoints.py decides resume on it)"
+    cursor = re.sub(r"\{[^}]*\}", "{}", layout.DATA_CURSOR)
+    assert cursor in strings(module("slime.rollout.data_source")), \
+        f"slime.rollout.data_source no longer saves the data cursor as {layout.DATA_CURSOR} under --save"
+    dump = symbol("slime.observability.rollout_data_utils.save_debug_rollout_data",
+                  f"hub.push_rollouts reads {layout.ROLLOUT_DATA_FILE}")
+    assert any(isinstance(c.func, ast.Attribute) and c.func.attr == "format" and [k.arg for k in c.keywords] ==
+               ["rollout_id"] for c in calls(dump, "format")), \
+        "--save-debug-rollout-data is no longer formatted with rollout_id= (trainstack/rundir/layout.ROLLOUT_DATA_FILE)"
+
+
+def test_metric_keys_trainstack_reads():
+    from trainstack.metrics import STEP_KEYS
+    from trainstack.rundir.progress import REWARD
+
+    logged = package_strings("slime.observability") | package_strings("slime.backends.megatron_utils")
+    missing = [k for k in STEP_KEYS if k not in logged]
+    assert not missing, f"slime no longer logs the step key(s) {missing} (trainstack/metrics STEP_KEYS)"
+    prefix, _, key = REWARD.partition("/")
+    train_metrics = module("slime.observability.train_metric_utils")
+    assert any(c.args and isinstance(c.args[0], ast.Constant) and c.args[0].value == prefix
+               for c in calls(train_metrics, "gather_log_data")), f"slime no longer logs the {prefix}/ metrics"
+    assert key in strings(module("slime.ray.rollout")), f"slime's rollout data has no {key!r} ({REWARD})"
+
+
+# --- what the table and the tiny loss are built from --------------------------------------------------
+
+
+@pytest.mark.parametrize("path,why", [
+    ("slime.utils.arguments._pre_parse_mode", "sync_slime args: the pre-parse flags"),
+    ("slime.utils.arguments.get_slime_extra_args_provider", "sync_slime args: slime's own flags"),
+    ("slime.backends.sglang_utils.arguments.add_sglang_arguments", "sync_slime args: the --sglang-* flags"),
+    ("slime.utils.ppo_utils.compute_approx_kl", "trainstack/tiny/loss.py kl (--kl-loss-type)"),
+    ("slime.utils.ppo_utils.compute_policy_loss", "trainstack/tiny/loss.py policy_loss"),
+    ("slime.utils.ppo_utils.get_grpo_returns", "trainstack/tiny/loss.py advantages (grpo)"),
+    ("slime.utils.ppo_utils.get_reinforce_plus_plus_returns", "trainstack/tiny/loss.py advantages (reinforce++)"),
+    ("slime.rollout.data_source.RolloutDataSourceWithBuffer", "the default --data-source-path"),
+])
+def test_functions_trainstack_builds_on(path, why):
+    symbol(path, why)
+
+
+def test_args_the_http_env_plugin_reads_are_slime_dests():
+    table = load_table()
+    for dest in ("sglang_router_ip", "sglang_router_port", "hf_checkpoint", "custom_config_path",
+                 "custom_generate_function_path"):
+        assert dest in table, f"{dest} is not a slime dest (plugins/http_env/generate.py reads args.{dest})"
