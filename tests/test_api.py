@@ -92,3 +92,14 @@ def test_a_failed_launch_raises_with_its_result(tmp_path, monkeypatch):
     assert failed.value.result.exit_code == 1 and failed.value.result.state == "failed"
     assert "api-fail-2" in str(failed.value)
     assert bad.launch(check=False).exit_code == 1
+
+
+def test_version_names_the_package_and_the_slime_commit():
+    from trainstack import __version__
+    from trainstack.argtable import load_table
+
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "--version"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    commit = load_table().slime_commit
+    assert res.stdout.strip() == f"trainstack {__version__} (slime argument table at commit {commit})"
+    assert len(commit) == 40 and commit.startswith("624b824a")
