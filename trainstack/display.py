@@ -172,6 +172,19 @@ def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+def pasteable(override: str) -> str:
+    """An override as `run.py` takes it again. The spec stores overrides without their `+`; a key the
+    presets do not have (a free-form `meta` entry: `+env.meta.http_env.url=...`) needs one to be added,
+    and `++` adds it or overrides it, whichever the config needs."""
+    from trainstack.schema import DEST_NAMESPACES
+
+    key = override.split("=", 1)[0]
+    head, _, rest = key.partition(".")
+    if head in DEST_NAMESPACES and rest.startswith("meta.") and not override.startswith(("+", "~")):
+        return "++" + override
+    return override
+
+
 def print_summary(run: "RunSpec", code: int, file=None) -> None:
     """After a launch: where the run is, how it learned, and the commands that continue it."""
     import shlex
@@ -184,7 +197,7 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     status = rd.status()
     _, rewards = rd.last_metrics()
     ckpt = inspect(run.args.get("save") or str(rd.checkpoints))
-    overrides = list(run.overrides)
+    overrides = [pasteable(o) for o in run.overrides]
     rerun = shlex.join(["python", "run.py", *overrides])
     more = shlex.join(["python", "run.py", *[o for o in overrides if not o.startswith("env.num_rollout=")]])
     lines = [
