@@ -25,18 +25,39 @@ _STAMP = re.compile(r"^offline-run-(\d{8}_\d{6})-")
 
 
 def offline_dirs(run_dir: str | Path) -> list[Path]:
-    """The run's offline W&B run directories in the order they were created (the time in their name,
-    then their modification time for two in the same second)."""
-    root = Path(run_dir) / "wandb"
+    """The run's offline W&B run directories in the order they were created."""
+    return offline_dirs_under(Path(run_dir) / "wandb")
+
+
+def offline_dirs_under(root: Path, wandb_id: str | None = None) -> list[Path]:
+    """Offline W&B run directories under `root` (of one W&B id when given), oldest first: the time in
+    their name, then their modification time for two made in the same second."""
     if not root.is_dir():
         return []
-    found = [p for p in root.rglob("offline-run-*") if p.is_dir() and _STAMP.match(p.name)]
+    found = [p for p in root.rglob("offline-run-*") if p.is_dir() and _STAMP.match(p.name)
+             and (wandb_id is None or p.name.endswith(f"-{wandb_id}"))]
 
     def key(p: Path) -> tuple[str, float]:
         m = _STAMP.match(p.name)
         return (m.group(1) if m else "", p.stat().st_mtime)
 
     return sorted(found, key=key)
+
+
+def next_step(root: Path, wandb_id: str) -> int:
+    """The `_step` a restarted offline run continues from: one past the last step its earlier offline
+    runs logged (0 for a first run), so the uploaded history is one run's, in order."""
+    from trainstack.metrics.wandb_offline import read_run
+
+    last = -1
+    for d in offline_dirs_under(root, wandb_id):
+        for f in d.glob("run-*.wandb"):
+            try:
+                steps = [r["_step"] for r in read_run(f)["history"] if isinstance(r.get("_step"), int)]
+            except (OSError, ValueError):
+                continue
+            last = max([last, *steps])
+    return last + 1
 
 
 def synced(d: Path) -> bool:
@@ -66,7 +87,7 @@ def run_sync(target: str, runs_root: str = "runs", *, project: str | None = None
     run_dir = find_run(target, runs_root)
     if run_dir is None:
         raise ConfigErrors([bad_target(target, runs_root)])
-    dirs = offline_dirs(run_dir)
+    dirs = offline_dirs(run_dir.resolve())
     todo = [d for d in dirs if again or not synced(d)]
     if not todo:
         print(f"trainstack sync: nothing to upload for {run_dir} ({len(dirs)} offline W&B run"
