@@ -86,6 +86,11 @@ def test_a_failed_launch_raises_with_its_result(tmp_path, monkeypatch):
     assert opened.status().state == "finished" and opened.argv == run.argv
     with pytest.raises(trainstack.ConfigErrors, match="needs a composed run"):
         opened.dry_run()
+    assert opened.wait(timeout=5).state == "finished"
+    status_file = tmp_path / "runs" / "api-fail" / "status.json"
+    status_file.write_text(status_file.read_text().replace('"finished"', '"running"'))
+    with pytest.raises(TimeoutError, match="api-fail is still running"):
+        opened.wait(timeout=0.3, interval=0.1)
     bad = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=json.loads"])
     with pytest.raises(trainstack.RunFailed) as failed:  # the reward function cannot take a sample: exit 1
         bad.launch()
@@ -102,4 +107,25 @@ def test_version_names_the_package_and_the_slime_commit():
     assert res.returncode == 0, res.stderr
     commit = load_table().slime_commit
     assert res.stdout.strip() == f"trainstack {__version__} (slime argument table at commit {commit})"
-    assert len(commit) == 40 and commit.startswith("624b824a")
+    assert len(commit) == 40
+
+
+def test_a_config_dir_adds_its_presets(tmp_path, monkeypatch):
+    import trainstack
+
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "my-conf" / "experiment"
+    mine.mkdir(parents=True)
+    (mine / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /env: arithmetic\n"
+                                    "name: mine\nenv:\n  num_rollout: 7\n")
+    run = trainstack.Run.compose(["algo.lr=2e-6"], experiment="mine", config_dir=tmp_path / "my-conf")
+    assert run.run_id.startswith("mine-") and "--num-rollout" in run.argv
+    assert run.argv[run.argv.index("--num-rollout") + 1] == "7" and run.argv[run.argv.index("--lr") + 1] == "2e-06"
+    assert trainstack.Run.compose(experiment="cpu-smoke", config_dir=tmp_path / "my-conf").run_id.startswith(
+        "cpu-smoke-")  # the packaged presets are still there
+    with pytest.raises(trainstack.ConfigErrors) as err:
+        trainstack.Run.compose(experiment="mine")  # not without the directory: the CLI's did-you-mean
+    assert err.value.errors[0].key == "experiment"
+    with pytest.raises(trainstack.ConfigErrors) as err:
+        trainstack.Run.compose(config_dir=tmp_path / "nope")
+    assert err.value.errors[0].key == "config_dir"

@@ -24,6 +24,9 @@ __all__ = ["ConfigError", "ConfigErrors", "Diff", "DryRun", "LaunchResult", "Met
            "RunFailed", "RunStatus", "diff_runs"]
 
 
+ENDED = ("finished", "failed", "interrupted", "fenced")  # status.json states a run ends in
+
+
 class RunFailed(Exception):
     """The run was launched and ended badly: the launcher's exit code and the run's final state."""
 
@@ -119,10 +122,9 @@ class Run:
 
     def __init__(self, run_dir: str | Path, run_id: str, launcher: str,
                  resolved: "ResolvedRun | None" = None, command: "SlimeCommand | None" = None,
-                 overrides: Sequence[str] = (), config_dir: str | None = None):
+                 overrides: Sequence[str] = ()):
         self.run_dir = str(run_dir)
-        self.overrides = list(overrides)  # as given to compose (experiment first)
-        self._config_dir = config_dir
+        self.overrides = list(overrides)  # as composed (a config_dir's search path and the experiment first)
         self.run_id = run_id
         self.launcher = launcher
         self._resolved = resolved
@@ -142,10 +144,16 @@ class Run:
         if isinstance(overrides, str):
             raise ConfigErrors([ConfigError("overrides", "must be a list of overrides, not one string",
                                             f"Run.compose({overrides.split()!r})", value=overrides)])
-        given = [*([f"experiment={experiment}"] if experiment else []), *overrides]
-        conf = str(config_dir) if config_dir is not None else None
-        run, cmd = build_from_overrides(given, conf)
-        return cls(run.run_dir, run.run_id, run.cluster.launcher, run, cmd, given, conf)
+        extra = []
+        if config_dir is not None:  # like run.py's --config-dir: its presets next to the packaged ones
+            where = Path(config_dir).expanduser().resolve()
+            if not where.is_dir():
+                raise ConfigErrors([ConfigError("config_dir", f"{where} is not a directory", "give the directory that "
+                                                "holds your presets (experiment/, model/, ...)", value=str(config_dir))])
+            extra.append(f"hydra.searchpath=[file://{where}]")
+        given = [*extra, *([f"experiment={experiment}"] if experiment else []), *overrides]
+        run, cmd = build_from_overrides(given)
+        return cls(run.run_dir, run.run_id, run.cluster.launcher, run, cmd, given)
 
     @classmethod
     def open(cls, target: str | Path, runs_root: str | Path = "runs") -> "Run":
@@ -227,6 +235,22 @@ class Run:
             raise RunFailed(result)
         return result
 
+    def wait(self, timeout: float | None = None, interval: float = 2.0) -> RunStatus:
+        """Follow a run a queueing launcher submitted (SLURM, Lium) until it has ended; its last status.
+        TimeoutError when `timeout` seconds pass first."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st.state in ENDED and st.scheduler in (None, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                                      "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY"):
+                return st
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {self.run_id} is still {st.state or st.scheduler or 'queued'} "
+                                   f"after {timeout:.0f} s")
+            time.sleep(interval)
+
     def status(self) -> RunStatus:
         """Where the run stands (`trainstack status RUN`), from its run directory and scheduler."""
         from trainstack.rundir import RunDir
@@ -259,7 +283,7 @@ def _side(x: "Run | str | Sequence[str]", runs_root: str | Path, config_dir: str
 
     if isinstance(x, Run):
         if x._resolved is not None:
-            return compose_side(x.overrides, x.run_id, x._config_dir if config_dir is None else config_dir,
+            return compose_side(x.overrides, x.run_id, config_dir,
                                 label=f"{' '.join(x.overrides) or '(no overrides)'} (composed)")
         return load_spec(x.run_dir, runs_root, config_dir)
     if isinstance(x, str):
