@@ -129,3 +129,15 @@ def test_a_config_dir_adds_its_presets(tmp_path, monkeypatch):
     with pytest.raises(trainstack.ConfigErrors) as err:
         trainstack.Run.compose(config_dir=tmp_path / "nope")
     assert err.value.errors[0].key == "config_dir"
+
+
+def test_readme_links_the_api_doc_and_every_doc_link_resolves():
+    text = (ROOT / "README.md").read_text()
+    assert "[docs/api.md](docs/api.md)" in text
+    for path, anchor in re.findall(r"\]\((docs/[\w.-]+\.md)(?:#([\w-]+))?\)", text):
+        doc = ROOT / path
+        assert doc.is_file(), path
+        if anchor:
+            slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                     for h in re.findall(r"^#+ (.*)$", doc.read_text(), re.M)}
+            assert anchor in slugs, (path, anchor)
