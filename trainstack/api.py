@@ -56,7 +56,10 @@ class DryRun:
 
     @property
     def verdict(self) -> str:
-        return f"ok: ready to launch {self.run_id} on {self.launcher}"
+        """The dry run's last line."""
+        from trainstack.display import verdict_line
+
+        return verdict_line(self.run_id, self.launcher)
 
 
 @dataclass(frozen=True)
@@ -158,13 +161,14 @@ class Run:
     @classmethod
     def open(cls, target: str | Path, runs_root: str | Path = "runs") -> "Run":
         """A run on disk: a run id under `runs_root` or a run directory (as `trainstack status` takes)."""
-        from trainstack.rundir import RunDir
+        from trainstack.rundir import RunDir, layout
         from trainstack.rundir.targets import _run_id_of, bad_target, find_run
 
         found = find_run(str(target), runs_root)
         if found is None:
             raise ConfigErrors([bad_target(str(target), runs_root)])
-        spec = RunDir(found).read("spec.json", {}) or {}
+        spec = RunDir(found).read(layout.SPEC, {})
+        spec = spec if isinstance(spec, dict) else {}
         return cls(found, str(spec.get("run_id") or _run_id_of(found)), str(spec.get("launcher") or "local"))
 
     # --- what it is -----------------------------------------------------------------------------

@@ -144,14 +144,14 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
                                   "  " + f.label, st, "36")
     lines.append(_rule("command", st, width))
     lines += fold_shell(cmd.shell_line(), width)  # folded with backslash-newlines: still copy-pastable
-    lines += [st(ln, "32") for ln in fold(verdict(run), width, "", "  ")]
+    lines += [st(ln, "32") for ln in fold(verdict_line(run.run_id, run.cluster.launcher), width, "", "  ")]
     out.write("\n".join(lines) + "\n")
     out.flush()
 
 
-def verdict(run: ResolvedRun) -> str:
+def verdict_line(run_id: str, launcher: str) -> str:
     """The dry run's last line: every check passed (a refusal is an error report and exit 2 instead)."""
-    return f"ok: ready to launch {run.run_id} on {run.cluster.launcher}"
+    return f"ok: ready to launch {run_id} on {launcher}"
 
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
