@@ -51,3 +51,22 @@ def test_pasteable_keeps_what_already_pastes():
     assert pasteable("++env.meta.x=1") == "++env.meta.x=1"
     assert pasteable("~env.meta.prepare") == "~env.meta.prepare"
     assert pasteable("model.meta.params=5") == "++model.meta.params=5"
+
+
+def test_the_summary_fits_a_narrow_terminal_and_its_commands_still_paste(tmp_path, monkeypatch):
+    import subprocess
+
+    whole = printed(tmp_path, monkeypatch)["resume"]
+    monkeypatch.setenv("COLUMNS", "60")
+    run, cmd = build_from_overrides([*TYPED, "paths.runs_root=" + str(tmp_path / "a-long-runs-root-directory-name")])
+    out = io.StringIO()
+    print_summary(RunSpec.from_run(run, cmd), 0, file=out)
+    lines = out.getvalue().splitlines()
+    assert lines and all(len(ln) <= 60 for ln in lines), [ln for ln in lines if len(ln) > 60]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("resume "))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("exec "))
+    folded = "\n".join(ln for ln in lines[start:end] if not ln.lstrip().startswith("#"))[len("resume   "):]
+    assert "\\\n" in folded
+    script = "set -- " + folded + "\nprintf '%s\\0' \"$@\""
+    words = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
+    assert words == shlex.split(whole) + ["paths.runs_root=" + str(tmp_path / "a-long-runs-root-directory-name")]

@@ -200,23 +200,43 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     overrides = [pasteable(o) for o in run.overrides]
     rerun = shlex.join(["python", "run.py", *overrides])
     more = shlex.join(["python", "run.py", *[o for o in overrides if not o.startswith("env.num_rollout=")]])
-    lines = [
-        "",
-        f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})",
-        f"run dir  {run.run_dir}",
-    ]
+    from trainstack.tables import output_width
+
+    width = output_width(out)
+    lines = [""]
+    lines += fold(f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})", width, "", " " * 9)
+    lines += fold(f"run dir  {run.run_dir}", width, "", " " * 9)
     if rewards:
-        lines.append(f"reward   rollout/raw_reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {len(rewards)} rollouts")
-    lines.append(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet")
+        lines += fold(f"reward   rollout/raw_reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {len(rewards)} rollouts",
+                      width, "", " " * 9)
+    lines += fold(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet",
+                  width, "", " " * 9)
     import os
 
     runs_root = os.path.dirname(run.run_dir)
     roots = "" if os.path.abspath("runs") == runs_root else f" --runs-root {shlex.quote(runs_root)}"
-    lines += [
-        f"resume   {rerun}            # same config -> same run_id -> resumes",
-        f"exec     trainstack exec {run.run_id}{roots}   # the stored run as it was submitted",
-        f"more     {more} env.num_rollout=<N>   # continue the same run for more rollouts",
-        f"compare  trainstack compare {run.run_id}{roots}",
-        f"diff     trainstack diff {run.run_id} --against-defaults{roots}",
-    ]
+    lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
+    lines += _command_line("exec", f"trainstack exec {run.run_id}{roots}", "  # the stored run as it was submitted",
+                           width)
+    lines += _command_line("more", f"{more} env.num_rollout=<N>", "  # continue the same run for more rollouts", width)
+    lines += _command_line("compare", f"trainstack compare {run.run_id}{roots}", "", width)
+    lines += _command_line("diff", f"trainstack diff {run.run_id} --against-defaults{roots}", "", width)
     print("\n".join(lines), file=out, flush=True)
+
+
+def _command_line(label: str, command: str, comment: str, width: int | None) -> list[str]:
+    """`label    command   # comment` on one line when it fits; else the command folded (backslash-newlines,
+    still pasteable) under the label, and the comment on its own line."""
+    from trainstack.tables import fold_shell
+
+    one = f"{label:8} {command} {comment}".rstrip()
+    if width is None or len(one) <= width:
+        return [one]
+    pad = " " * 9
+    folded = fold_shell(command, max(width - len(pad), 20))
+    lines = [f"{label:8} {folded[0]}"]
+    for prev, line in zip(folded, folded[1:]):  # a word cut mid-way continues at column 0
+        lines.append(pad + line.lstrip() if prev.endswith(" \\") else line)
+    if comment.strip():
+        lines += fold(comment.strip(), width, pad, pad + "  ")
+    return lines
