@@ -33,6 +33,7 @@ def test_doc_examples_run_as_written(tmp_path, monkeypatch, capsys):
         exec(compile(block, str(DOC), "exec"), scope)  # noqa: S102 - the documented example itself
     out = capsys.readouterr().out
     assert "ok: ready to launch api-demo on local" in out and "fresh start (no run directory yet)" in out
+    assert "16 prompts x 16 samples = 256 per rollout / global batch 128 = 2 optimizer steps per rollout" in out
     assert "resuming from rollout 1 (next: 2)" in out and "env.num_rollout: 2 -> 3" in out
     assert "env.num_rolout -> did you mean 'env.num_rollout'?" in out
     assert (tmp_path / "runs" / "api-demo" / "spec.json").is_file()

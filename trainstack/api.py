@@ -53,6 +53,7 @@ class DryRun:
     notes: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)  # checks the remote host runs before the trainer
     warnings: list[str] = field(default_factory=list)
+    facts: dict[str, str] = field(default_factory=dict)  # what it adds up to: gpus, parallel, sglang, batch, ckpts, cost
 
     @property
     def verdict(self) -> str:
@@ -215,9 +216,11 @@ class Run:
 
         run, cmd = self._composed("dry_run()")
         report = preflight(run, cmd, launching=False)
+        from trainstack.dry_summary import facts
         return DryRun(run_id=run.run_id, run_dir=run.run_dir, launcher=run.cluster.launcher, argv=cmd.full_argv(),
                       env=cmd.redacted_env(), plan=report.plan, notes=list(report.notes),
-                      deferred=list(report.deferred), warnings=list(run.warnings))
+                      deferred=list(report.deferred), warnings=list(run.warnings),
+                      facts={f.label: f.text for f in facts(run, cmd)})
 
     def launch(self, check: bool = True) -> LaunchResult:
         """Check, store the spec and submit it to the run's launcher (local: returns when the run has

@@ -2,7 +2,9 @@
 do not fit, the least important ones are left out (and named under the table; `--wide` shows all).
 
 Used by `trainstack status` and `trainstack compare`. The width is the terminal's (`COLUMNS` when
-set, 80 in a pipe without it); `wide` lays the table out at its natural width instead.
+set, 80 in a pipe without it); `wide` lays the table out at its natural width instead. The dry run
+and the post-run summary fold free text and shell commands with `fold` / `fold_shell` (whole lines
+in a pipe without COLUMNS: `output_width`).
 """
 from __future__ import annotations
 
