@@ -21,7 +21,8 @@ def test_dry_run_prints_tree_groups_env_command_and_writes_nothing(tmp_path):
         assert f"── {section}" in out, section
     assert "--sglang-mem-fraction-static" in out and "conf/model/qwen3-4B.yaml" in out
     assert "conf/experiment/qwen3-4B-grpo-dapo.yaml" in out  # where --lr came from
-    command = out.rstrip().splitlines()[-1]
+    *_, command, verdict = out.rstrip().splitlines()  # the command, then the verdict
+    assert verdict.startswith("ok: ready to launch qwen3-4B-grpo-dapo-") and verdict.endswith(" on ray_job")
     assert command.startswith("ray job submit --address=http://127.0.0.1:8265 ")
     assert "/train.py --tensor-model-parallel-size 2" in command
     assert "pkill" not in out and "ray stop" not in out
@@ -55,7 +56,7 @@ def test_secrets_from_the_environment_are_never_printed_or_rendered(tmp_path, ca
     res = run_py("dry_run=true", cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr
     assert "sekret-123" not in res.stdout + res.stderr and "hf-456" not in res.stdout + res.stderr
-    assert "WANDB_API_KEY" not in res.stdout.rstrip().splitlines()[-1]  # the runnable command takes it from the env
+    assert "WANDB_API_KEY" not in res.stdout.rstrip().splitlines()[-2]  # the runnable command takes it from the env
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert cli.main(["render", "-o", str(tmp_path / "r.json")]) == 0
@@ -66,7 +67,7 @@ def test_secrets_from_the_environment_are_never_printed_or_rendered(tmp_path, ca
 def test_default_dry_run_is_the_cpu_smoke_run_on_the_tiny_trainer(tmp_path):
     res = run_py("dry_run=true", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert "-m trainstack.tiny.train" in res.stdout.splitlines()[-1]
+    assert "-m trainstack.tiny.train" in res.stdout.splitlines()[-2]
     from trainstack.pipeline import build_from_overrides
 
     a, _ = build_from_overrides([])

@@ -243,6 +243,9 @@ def add_commander(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
+    from trainstack.version import VersionAction
+
+    parser.add_argument("--version", action=VersionAction, help="the version and the slime commit it renders for")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="compose, validate and launch a run: the same as `python run.py ...` "
                    "(Hydra overrides, -m for sweeps, --help for its own help)", add_help=False)
@@ -275,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     add_hub(sub)
     add_commander(sub)  # commander serve
     add_logs(sub)  # logs
+    from trainstack.wandb_sync import add_sync
+
+    add_sync(sub)  # sync (a run's offline W&B dirs, in order)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main

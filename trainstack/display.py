@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from trainstack.preflight import Report
     from trainstack.runspec import RunSpec
 from trainstack.secrets import redact
+from trainstack.tables import fold
 
 
 def _flag_rows(cmd: SlimeCommand, run: ResolvedRun, group: str) -> list[tuple[str, str, str]]:
@@ -34,62 +35,134 @@ class _Style:
         return f"\033[{code}m{text}\033[0m" if self.on else text
 
 
-def _tree_lines(value: Any, style: _Style, indent: str = "") -> list[str]:
+def _tree_lines(value: Any, style: _Style, width: int | None, indent: str = "") -> list[str]:
     lines = []
     for k, v in value.items():
         if isinstance(v, dict) and v:
             lines.append(f"{indent}{style(str(k), '36')}:")
-            lines += _tree_lines(v, style, indent + "  ")
+            lines += _tree_lines(v, style, width, indent + "  ")
         else:
             shown = v if isinstance(v, str) else json.dumps(v)
-            lines.append(f"{indent}{style(str(k), '36')}: {shown}")
+            lines += _styled_head(fold(f"{k}: {shown}", width, indent, indent + "    "), indent + str(k), style, "36")
     return lines
 
 
-def _rule(title: str, style: _Style, width: int = 100) -> str:
-    return style(f"── {title} " + "─" * max(width - len(title) - 4, 0), "1")
+def _styled_head(lines: list[str], head: str, style: _Style, code: str) -> list[str]:
+    """Style `head` at the start of the first folded line (styling after folding keeps widths true)."""
+    if style.on and lines and lines[0].startswith(head):
+        pad = len(head) - len(head.lstrip())
+        lines[0] = head[:pad] + style(head[pad:], code) + lines[0][len(head):]
+    return lines
+
+
+def _rule(title: str, style: _Style, width: int | None = None) -> str:
+    """A section rule as wide as the terminal (80 columns in a pipe); a title too long for it is cut."""
+    w = width or RULE_WIDTH
+    text = f"── {title} "
+    if len(text) > w:
+        text = text[: max(w - 1, 1)] + "…"
+    return style(text + "─" * max(w - len(text), 0), "1")
+
+
+RULE_WIDTH = 80  # rules in a pipe without COLUMNS
+
+
+def _flag_lines(rows: list[tuple[str, str, str]], st: _Style, width: int | None) -> list[str]:
+    """flag | value | source, each column folded to fit `width` (unfolded in a pipe)."""
+    w_flag = max((len(f) for f, _, _ in rows), default=0)
+    w_val = min(max((len(v) for _, v, _ in rows), default=0), 60)
+    if width is None:
+        return [f"  {st(f.ljust(w_flag), '32')}  {v.ljust(w_val)}  {st(src, '2')}" for f, v, src in rows]
+    room = width - 2 - w_flag - 2
+    if room < 36:  # too narrow for three columns: the flag, then its value and source under it
+        out = []
+        for f, v, src in rows:
+            out += _styled_head(fold(f, width, "  "), "  " + f, st, "32")
+            out += fold(v, width, "      ") if v else []
+            out += [st(ln, "2") for ln in fold(f"({src})", width, "      ")] if src else []
+        return out
+    w_src = max((len(src) for _, _, src in rows), default=0)
+    w_val = max(min(w_val, max(room - w_src - 2, room * 2 // 5)), 8)
+    w_src = room - w_val - 2
+    out = []
+    for f, v, src in rows:
+        vals, srcs = fold(v, w_val, "", "") if v else [""], fold(src, w_src, "", "  ") if src else [""]
+        for i in range(max(len(vals), len(srcs))):
+            flag = (f if i == 0 else "").ljust(w_flag)
+            val = (vals[i] if i < len(vals) else "").ljust(w_val)
+            line = f"  {st(flag, '32')}  {val}  {st(srcs[i], '2') if i < len(srcs) else ''}"
+            out.append(line.rstrip())
+    return out
 
 
 def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Report | None" = None) -> None:
     """Everything a launch would do, nothing done: config tree, argv by group with sources, env, what
-    the launch would do with the run dir, the checks deferred to a remote host, the command."""
+    the launch would do with the run dir, the checks deferred to a remote host, what the numbers add up
+    to, the command and a verdict. Folded to the terminal's width (COLUMNS); whole lines in a pipe."""
+    from trainstack.dry_summary import facts
+    from trainstack.tables import fold_shell, output_width
+
     out = file or sys.stdout
     st = _Style(out)
-    lines = [_rule(f"resolved config: {run.run_id}  (run dir {run.run_dir})", st)]
-    lines += _tree_lines(redact(run.config), st)
+    width = output_width(out)
+    lines = [_rule(f"resolved config: {run.run_id}", st, width)]
+    lines += fold(f"run dir {run.run_dir}", width, "# ", "#   ")
+    lines += _tree_lines(redact(run.config), st, width)
     for group in ("megatron", "sglang", "slime"):
         rows = _flag_rows(cmd, run, group)
-        lines.append(_rule(f"{group} arguments ({len(rows)})", st))
-        w_flag = max((len(f) for f, _, _ in rows), default=0)
-        w_val = min(max((len(v) for _, v, _ in rows), default=0), 60)
-        for flag, value, src in rows:
-            lines.append(f"  {st(flag.ljust(w_flag), '32')}  {value.ljust(w_val)}  {st(src, '2')}")
-    lines.append(_rule("runtime env", st))
-    lines += [f"  {st(k, '32')}={v}" for k, v in sorted(cmd.redacted_env().items())]
-    lines += [st("warning: ", "33") + w for w in run.warnings]
+        lines.append(_rule(f"{group} arguments ({len(rows)})", st, width))
+        lines += _flag_lines(rows, st, width)
+    lines.append(_rule("runtime env", st, width))
+    for k, v in sorted(cmd.redacted_env().items()):
+        lines += _styled_head(fold(f"{k}={v}", width, "  ", "      "), "  " + k, st, "32")
+    for w in run.warnings:
+        lines += _styled_head(fold(f"warning: {w}", width, "", "  "), "warning:", st, "33")
     from trainstack.http_env.sidecar import dry_run_notes
 
     env_notes = dry_run_notes(run)  # the env server a launch will use, and whether /health answers
     if report is not None:
         where = "this machine" if report.runs_here else f"a {run.cluster.launcher} host"
-        lines.append(_rule(f"launch (the trainer runs on {where})", st))
+        lines.append(_rule(f"launch (the trainer runs on {where})", st, width))
         if report.plan:
-            lines.append(f"  run dir  {run.run_dir}: {report.plan}")
-        lines += [st("  note: ", "33") + n for n in [*report.notes, *env_notes]]
+            lines += fold(f"run dir  {run.run_dir}: {report.plan}", width, "  ", "    ")
+        for n in [*report.notes, *env_notes]:
+            lines += _styled_head(fold(f"note: {n}", width, "  ", "    "), "  note:", st, "33")
         if report.deferred:
-            lines.append("  deferred to the host that runs it (checked by `trainstack exec` before the trainer starts):")
-            lines += [f"    - {d}" for d in report.deferred]
+            lines += fold("deferred to the host that runs it (checked by `trainstack exec` before the trainer "
+                          "starts):", width, "  ", "  ")
+            for d in report.deferred:
+                lines += fold(f"- {d}", width, "    ", "      ")
     else:
-        lines += [st("note: ", "33") + n for n in env_notes]
-    lines.append(_rule("command", st))
-    lines.append(cmd.shell_line())  # one line, never wrapped: copy-pastable
+        for n in env_notes:
+            lines += _styled_head(fold(f"note: {n}", width, "", "  "), "note:", st, "33")
+    derived = facts(run, cmd)
+    if derived:
+        lines.append(_rule("what it adds up to", st, width))
+        w_label = max(len(f.label) for f in derived)
+        for f in derived:
+            lines += _styled_head(fold(f"{f.label.ljust(w_label)}  {f.text}", width, "  ", " " * (w_label + 4)),
+                                  "  " + f.label, st, "36")
+    lines.append(_rule("command", st, width))
+    lines += fold_shell(cmd.shell_line(), width)  # folded with backslash-newlines: still copy-pastable
+    lines += [st(ln, "32") for ln in fold(verdict_line(run.run_id, run.cluster.launcher), width, "", "  ")]
     out.write("\n".join(lines) + "\n")
     out.flush()
 
 
+def verdict_line(run_id: str, launcher: str) -> str:
+    """The dry run's last line: every check passed (a refusal is an error report and exit 2 instead)."""
+    return f"ok: ready to launch {run_id} on {launcher}"
+
+
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
+    """One line per sweep point; the overrides fold under it to the terminal's width."""
+    from trainstack.tables import output_width
+
+    out = file or sys.stdout
     varying = [o.lstrip("+") for o in run.origin.overrides if not o.startswith(("dry_run", "hydra"))]
-    print(f"ok  {run.run_id}  {len(cmd.argv)} tokens  {' '.join(varying)}", file=file or sys.stdout, flush=True)
+    width = output_width(out)
+    text = f"ok  {run.run_id}  {len(cmd.argv)} tokens  {' '.join(varying)}".rstrip()
+    print("\n".join(fold(text, width, "", "      ")), file=out, flush=True)
 
 
 def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
@@ -97,6 +170,19 @@ def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
 
     data = {"run_id": run.run_id, "name": run.name, **cmd.to_json()}
     write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def pasteable(override: str) -> str:
+    """An override as `run.py` takes it again. The spec stores overrides without their `+`; a key the
+    presets do not have (a free-form `meta` entry: `+env.meta.http_env.url=...`) needs one to be added,
+    and `++` adds it or overrides it, whichever the config needs."""
+    from trainstack.schema import DEST_NAMESPACES
+
+    key = override.split("=", 1)[0]
+    head, _, rest = key.partition(".")
+    if head in DEST_NAMESPACES and rest.startswith("meta.") and not override.startswith(("+", "~")):
+        return "++" + override
+    return override
 
 
 def print_summary(run: "RunSpec", code: int, file=None) -> None:
@@ -111,26 +197,46 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     status = rd.status()
     _, rewards = rd.last_metrics()
     ckpt = inspect(run.args.get("save") or str(rd.checkpoints))
-    overrides = list(run.overrides)
+    overrides = [pasteable(o) for o in run.overrides]
     rerun = shlex.join(["python", "run.py", *overrides])
     more = shlex.join(["python", "run.py", *[o for o in overrides if not o.startswith("env.num_rollout=")]])
-    lines = [
-        "",
-        f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})",
-        f"run dir  {run.run_dir}",
-    ]
+    from trainstack.tables import output_width
+
+    width = output_width(out)
+    lines = [""]
+    lines += fold(f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})", width, "", " " * 9)
+    lines += fold(f"run dir  {run.run_dir}", width, "", " " * 9)
     if rewards:
-        lines.append(f"reward   rollout/raw_reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {len(rewards)} rollouts")
-    lines.append(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet")
+        lines += fold(f"reward   rollout/raw_reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {len(rewards)} rollouts",
+                      width, "", " " * 9)
+    lines += fold(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet",
+                  width, "", " " * 9)
     import os
 
     runs_root = os.path.dirname(run.run_dir)
     roots = "" if os.path.abspath("runs") == runs_root else f" --runs-root {shlex.quote(runs_root)}"
-    lines += [
-        f"resume   {rerun}            # same config -> same run_id -> resumes",
-        f"exec     trainstack exec {run.run_id}{roots}   # the stored run as it was submitted",
-        f"more     {more} env.num_rollout=<N>   # continue the same run for more rollouts",
-        f"compare  trainstack compare {run.run_id}{roots}",
-        f"diff     trainstack diff {run.run_id} --against-defaults{roots}",
-    ]
+    lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
+    lines += _command_line("exec", f"trainstack exec {run.run_id}{roots}", "  # the stored run as it was submitted",
+                           width)
+    lines += _command_line("more", f"{more} env.num_rollout=<N>", "  # continue the same run for more rollouts", width)
+    lines += _command_line("compare", f"trainstack compare {run.run_id}{roots}", "", width)
+    lines += _command_line("diff", f"trainstack diff {run.run_id} --against-defaults{roots}", "", width)
     print("\n".join(lines), file=out, flush=True)
+
+
+def _command_line(label: str, command: str, comment: str, width: int | None) -> list[str]:
+    """`label    command   # comment` on one line when it fits; else the command folded (backslash-newlines,
+    still pasteable) under the label, and the comment on its own line."""
+    from trainstack.tables import fold_shell
+
+    one = f"{label:8} {command} {comment}".rstrip()
+    if width is None or len(one) <= width:
+        return [one]
+    pad = " " * 9
+    folded = fold_shell(command, max(width - len(pad), 20))
+    lines = [f"{label:8} {folded[0]}"]
+    for prev, line in zip(folded, folded[1:]):  # a word cut mid-way continues at column 0
+        lines.append(pad + line.lstrip() if prev.endswith(" \\") else line)
+    if comment.strip():
+        lines += fold(comment.strip(), width, pad, pad + "  ")
+    return lines

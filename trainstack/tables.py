@@ -2,7 +2,9 @@
 do not fit, the least important ones are left out (and named under the table; `--wide` shows all).
 
 Used by `trainstack status` and `trainstack compare`. The width is the terminal's (`COLUMNS` when
-set, 80 in a pipe without it); `wide` lays the table out at its natural width instead.
+set, 80 in a pipe without it); `wide` lays the table out at its natural width instead. The dry run
+and the post-run summary fold free text and shell commands with `fold` / `fold_shell` (whole lines
+in a pipe without COLUMNS: `output_width`).
 """
 from __future__ import annotations
 
@@ -121,3 +123,109 @@ def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], title:
                 f"{', '.join(hidden)}; --wide shows all)")
         print(textwrap.fill(note, width=max(width, 20), break_on_hyphens=False), file=out)
     return hidden
+
+
+def output_width(stream=None) -> int | None:
+    """The width to fold free text to: `COLUMNS` when set, else the terminal's when `stream` is one;
+    None in a pipe or a log without COLUMNS (lines are kept whole there, for grep and for tools)."""
+    import os
+
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    stream = stream or sys.stdout
+    if getattr(stream, "isatty", lambda: False)():
+        try:
+            return os.get_terminal_size(stream.fileno()).columns
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def fold(text: str, width: int | None, indent: str = "", subsequent: str | None = None) -> list[str]:
+    """`indent + text` folded to `width` (continuation lines start with `subsequent`, default the indent
+    plus two spaces); a word longer than a line is cut (paths). Unfolded when `width` is None."""
+    import textwrap
+
+    if width is None:
+        return [indent + text]
+    rest = indent + "  " if subsequent is None else subsequent
+    if len(rest) > width // 2:
+        rest = rest[: width // 2]
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=rest, break_long_words=True,
+                         break_on_hyphens=False, drop_whitespace=True, replace_whitespace=False) or [indent]
+
+
+def shell_words(line: str) -> list[str]:
+    """A shell line split at the spaces outside quotes (each word exactly as written: `&&` stays `&&`)."""
+    words, cur, quote = [], "", ""
+    for ch in line:
+        if quote:
+            cur += ch
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            cur += ch
+            quote = ch
+        elif ch == " ":
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        words.append(cur)
+    return words
+
+
+def _cut_word(word: str, first: int, width: int) -> list[str]:
+    """A word over several lines with backslash-newline continuations the shell removes; inside single
+    quotes the quote is closed before the break and reopened after it ('ab'\\ + 'cd' is 'abcd')."""
+    pieces, cur, quote, room = [], "", "", first
+    for i, ch in enumerate(word):
+        cur += ch
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        limit = room - (3 if quote == "'" else 2)
+        if len(cur) >= limit and i < len(word) - 1 and ch != "\\":
+            if quote == "'":
+                pieces.append(cur + "'\\")
+                cur = "'"
+            else:
+                pieces.append(cur + "\\")
+                cur = ""
+            room = width
+    pieces.append(cur)
+    return pieces
+
+
+def fold_shell(line: str, width: int | None) -> list[str]:
+    """A shell command folded to `width` with backslash-newline continuations: pasted, it runs as the
+    one-line form does. Unfolded when `width` is None or it fits."""
+    if width is None or len(line) <= width:
+        return [line]
+    width = max(width, 20)
+    out: list[str] = []
+    cur = ""
+    for word in shell_words(line):
+        lead = "" if not out and not cur else "  " if not cur else cur + " "
+        if len(lead) + len(word) + 2 <= width:  # room for " \"
+            cur = lead + word
+            continue
+        if cur and cur.strip():
+            out.append(cur + " \\")
+            cur = ""
+        start = "" if not out else "  "
+        if len(start) + len(word) + 2 <= width:
+            cur = start + word
+            continue
+        pieces = _cut_word(word, width - len(start), width)
+        out.append(start + pieces[0])
+        out += pieces[1:-1]
+        cur = pieces[-1]
+    if cur:
+        out.append(cur)
+    return out

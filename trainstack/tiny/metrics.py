@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -62,6 +63,7 @@ class Metrics:
     def __init__(self, args, first_rollout: int = 0):
         self.args = args
         self.wandb_run: Any = None
+        self.wandb_step = 0  # W&B's _step, continued across restarts
         self.tb: Any = None
         self.file_fd: int | None = None
         path = os.environ.get("TRAINSTACK_METRICS_FILE")
@@ -90,8 +92,16 @@ class Metrics:
             wandb.login(key=a.wandb_key, host=a.wandb_host)
         name = a.wandb_group if not a.wandb_random_suffix else \
             f"{a.wandb_group}_{run_id or wandb.util.generate_id()}"  # type: ignore[attr-defined]
+        if os.environ.get("TRAINSTACK_RUN_ID") and not a.wandb_random_suffix:  # trainstack/wandb_naming.py
+            name = os.environ["TRAINSTACK_RUN_ID"]
+        step = 0
+        if run_id and mode == "offline":  # a restart continues the history of its earlier offline runs
+            from trainstack.wandb_sync import next_step
+
+            step = next_step(Path(a.wandb_dir or ".") / "wandb", run_id)
         config = {k: v for k, v in vars(a).items() if isinstance(v, (int, float, str, bool, type(None), list, dict))}
-        self.wandb_run = wandb.init(project=a.wandb_project, entity=a.wandb_team, group=a.wandb_group, name=name,
+        self.wandb_run = wandb.init(project=a.wandb_project or "trainstack", entity=a.wandb_team, group=a.wandb_group,
+                                    name=name,
                                     id=run_id, resume=resume, dir=a.wandb_dir, mode=mode,  # type: ignore[arg-type]
                                     config=config,
                                     settings=wandb.Settings(console="off", x_disable_stats=True))
@@ -101,6 +111,7 @@ class Metrics:
         for key in ("rollout", "perf"):
             self.wandb_run.define_metric(f"{key}/*", step_metric="rollout/step")
         self.wandb_run.define_metric("eval/*", step_metric="eval/step")
+        self.wandb_step = max(step, int(getattr(self.wandb_run, "step", 0) or 0))  # online resume: the server's
 
     def log(self, step_key: str, step: int, metrics: dict[str, Any]) -> None:
         metrics = {k: float(v) for k, v in metrics.items()}
@@ -108,7 +119,8 @@ class Metrics:
             line = json.dumps({"step_key": step_key, "step": step, "metrics": metrics}, sort_keys=True) + "\n"
             os.write(self.file_fd, line.encode())
         if self.wandb_run is not None:
-            self.wandb_run.log({step_key: step, **metrics})
+            self.wandb_run.log({step_key: step, **metrics}, step=self.wandb_step)
+            self.wandb_step += 1
         if self.tb is not None:
             for k, v in metrics.items():
                 self.tb.add_scalar(k, v, step)

@@ -1,0 +1,92 @@
+"""The dry run fits the terminal: at COLUMNS=80 (and 200) no line is wider, the rules follow the width,
+the command folds into a shell line that still runs as the one-line form, the numbers that decide a run
+are added up for the reader, and the last line is the verdict."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from conftest import run_py
+from tests.fakes import fake_gpu_host
+
+QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
+
+
+def dry_run(tmp_path, overrides, columns):
+    res = run_py(*overrides, "dry_run=true", cwd=tmp_path, env={"COLUMNS": str(columns)})
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def flat(lines: list[str]) -> str:
+    """The output's words with folding undone (a folded phrase reads as one)."""
+    return re.sub(r"\s+", " ", " ".join(ln.strip() for ln in lines))
+
+
+def command_of(lines: list[str]) -> str:
+    """The command section's lines as printed (between the `command` rule and the verdict)."""
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("── command "))
+    return "\n".join(lines[start + 1:-1])
+
+
+def shell_words(command: str) -> list[str]:
+    """The words bash makes of a command (backslash-newlines removed, quotes resolved)."""
+    script = "set -- " + command + "\nprintf '%s\\0' \"$@\""
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_cpu_default_fits_and_ends_with_the_verdict(tmp_path, columns):
+    lines = dry_run(tmp_path, ["run_id=w1"], columns)
+    too_wide = [ln for ln in lines if len(ln) > columns]
+    assert not too_wide, too_wide
+    rules = [ln for ln in lines if ln.startswith("── ")]
+    assert len(rules) >= 7 and all(len(r) == columns for r in rules)  # not a fixed 100
+    assert lines[-1] == "ok: ready to launch w1 on local"
+    text = flat(lines)
+    assert "16 prompts x 16 samples = 256 per rollout / global batch 128 = 2 optimizer steps per rollout" in text
+    assert "ckpts 8 (every 100 of 800 rollouts, and the last) x 1.2 MiB = 9.5 MiB;" in text and " free at " in text
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_gpu_recipe_fits_and_adds_up(tmp_path, columns):
+    fake_gpu_host(tmp_path, QWEN)
+    lines = dry_run(tmp_path, QWEN, columns)
+    too_wide = [ln for ln in lines if len(ln) > columns]
+    assert not too_wide, too_wide
+    text = flat(lines)
+    assert "data-parallel 4 = 8 GPUs / (TP 2 x PP 1 x CP 1)" in text
+    assert "4 engines x 2 GPUs per engine" in text
+    assert "32 prompts x 8 samples = 256 per rollout / global batch 256 = 1 optimizer step per rollout" in text
+    assert "150 (every 20 of 3000 rollouts, and the last) x 7.5 GiB = 1.1 TiB" in text
+    assert lines[-1].startswith("ok: ready to launch qwen3-4B-grpo-dapo-") and lines[-1].endswith(" on ray_job")
+    folded = command_of(lines)
+    assert "\\\n" in folded and len(folded.splitlines()) > 5
+    one_line = run_py(*QWEN, "dry_run=true", cwd=tmp_path, env={"COLUMNS": "100000"}).stdout.splitlines()[-2]
+    words = shell_words(folded)
+    assert words == shell_words(one_line)  # the folded command is the same command
+    assert words[:3] == ["ray", "job", "submit"] and "--tensor-model-parallel-size" in words
+
+
+def test_lium_preset_shows_its_price_and_a_sweep_fits(tmp_path):
+    lines = dry_run(tmp_path, ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100"], 80)
+    assert not [ln for ln in lines if len(ln) > 80]
+    text = flat(lines)
+    assert "at most $25.00 per hour (cluster.extra.lium.max_price_per_hour); no spend limit" in text
+    assert lines[-1].startswith("ok: ready to launch qwen3-4B-grpo-dapo-") and lines[-1].endswith(" on lium")
+    res = run_py("-m", "hydra/launcher=lium", "cluster=lium_8xh100", "experiment=qwen3-4B-grpo-dapo",
+                 "algo.lr=1e-6,2e-6", "+env.meta.http_env.url=http://127.0.0.1:9/a-very-long-path-for-the-env-server",
+                 "dry_run=true", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    out = res.stdout.splitlines()
+    assert sum(ln.startswith("ok  qwen3-4B-grpo-dapo-") for ln in out) == 2
+    assert not [ln for ln in out if len(ln) > 80], out
+
+
+def test_a_pipe_without_columns_keeps_whole_lines(tmp_path):
+    res = run_py("run_id=w2", "dry_run=true", cwd=tmp_path, env={"COLUMNS": ""})
+    lines = res.stdout.splitlines()
+    assert lines[-1] == "ok: ready to launch w2 on local"
+    assert lines[-2].startswith("cd ") and " -m trainstack.tiny.train " in lines[-2]  # one line: grep-able
