@@ -7,6 +7,8 @@ expiry has passed can be taken over; so can one whose holder is a dead process o
 once the trainer process group it started is gone too (a launcher killed with SIGKILL leaves its
 trainer finishing a final checkpoint: the relaunch waits for it). A holder that finds another
 token in `lease.json` has lost the lease; its trainer is fenced (trainstack/fence.py).
+Under the Lium commander the record also names the commander epoch it runs under, so that a
+worker of a newer commander epoch takes the run dir over and one of an older epoch never does.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+
+from trainstack.fence import Epoch, commander_epoch
 
 
 def hostname() -> str:
@@ -34,8 +38,9 @@ class LeaseRecord:
     heartbeat: float
     expires_at: float
     ttl_s: float
-    epoch: int  # increases with every acquisition of this run: a fencing number
+    epoch: Epoch  # increases with every acquisition of this run's lease.json: a fencing number
     trainer_pgid: int | None = None  # the process group of the trainer it started (this host), if any
+    commander_epoch: Epoch | None = None  # the Lium commander's epoch this holder runs under (None: no commander)
 
     def trainer_stopping(self) -> bool:
         """Its launcher (on this host) is dead but the trainer group it started is still finishing."""
@@ -58,6 +63,11 @@ class LeaseHeld(Exception):
     def __init__(self, holder: LeaseRecord):
         self.holder = holder
         super().__init__(holder.describe())
+
+
+def read_record(path: str | Path) -> LeaseRecord | None:
+    """lease.json's record (None: absent or unreadable); fields it does not know are ignored."""
+    return _read(Path(path))
 
 
 def _read(path: Path) -> LeaseRecord | None:
@@ -136,8 +146,11 @@ class Lease:
         self.lost = threading.Event()
 
     @classmethod
-    def acquire(cls, path: str | Path, ttl_s: float = 60.0, attempts: int = 5) -> "Lease":
+    def acquire(cls, path: str | Path, ttl_s: float = 60.0, attempts: int = 5,
+                under: Epoch | None = None) -> "Lease":
+        """Take the run dir; `under`: the commander epoch we run under (default: the environment's)."""
         path = Path(path)
+        under = commander_epoch() if under is None else under
         path.parent.mkdir(parents=True, exist_ok=True)
         seen_epoch = 0
         for _ in range(attempts):
@@ -145,7 +158,8 @@ class Lease:
             seen_epoch = max(seen_epoch, current.epoch if current else 0)
             now = time.time()
             rec = LeaseRecord(token=secrets.token_hex(16), host=hostname(), pid=os.getpid(), since=now,
-                              heartbeat=now, expires_at=now + ttl_s, ttl_s=ttl_s, epoch=seen_epoch + 1)
+                              heartbeat=now, expires_at=now + ttl_s, ttl_s=ttl_s, epoch=seen_epoch + 1,
+                              commander_epoch=under)
             tmp = path.with_name(f".lease.{rec.token}")
             tmp.write_text(json.dumps(asdict(rec)))
             try:
@@ -185,6 +199,7 @@ class Lease:
         aside.unlink(missing_ok=True)
 
     def holds(self) -> bool:
+        """Does lease.json still carry our token (the fence of the Hub sync and the heartbeat)."""
         cur = _read(self.path)
         return cur is not None and cur.token == self.record.token
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from trainstack.commander.reconciler import CommanderConfig, worker_log_path
 from trainstack.commander.store import TERMINAL_PHASES, Store
 from trainstack.commander.provider import PodRequest
+from trainstack.fence import epoch_superseded
 
 
 class Register(BaseModel):
@@ -235,8 +236,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
             row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
                 raise HTTPException(404, f"no run {run_id}")
-            if body.epoch != row["epoch"]:
-                raise HTTPException(409, f"epoch {body.epoch} is superseded (current {row['epoch']})")
+            if why := epoch_superseded(body.epoch, row["epoch"]):
+                raise HTTPException(409, why)
             if row["desired"] != "running" or row["phase"] not in ("provisioning", "starting", "running"):
                 raise HTTPException(409, f"run is {row['phase']} (desired {row['desired']}); nothing to train")
             holder, expires = row["lease_holder"], row["lease_expires"] or 0
@@ -252,8 +253,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
             raise HTTPException(404, f"no run {run_id}")
-        if epoch != row["epoch"]:
-            raise HTTPException(409, f"epoch {epoch} is superseded (current {row['epoch']})")
+        if why := epoch_superseded(epoch, row["epoch"]):
+            raise HTTPException(409, why)
         if row["lease_holder"] != holder:
             raise HTTPException(409, "not the lease holder")
         if (row["lease_expires"] or 0) <= now:

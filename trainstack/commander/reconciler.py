@@ -29,6 +29,7 @@ from typing import Any
 
 from trainstack.commander.provider import LiumProvider, NoNode, PodRequest, idempotency_key, pod_name
 from trainstack.commander.store import RunRecord, Store
+from trainstack.fence import ENV_COMMANDER_EPOCH
 from trainstack.secrets import FORWARDED_SECRETS
 
 # Not secrets, but where the secrets are good: a Hub mirror or private endpoint, a self-hosted wandb.
@@ -298,7 +299,7 @@ class Reconciler:
             argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,
                    "TRAINSTACK_COMMANDER_TOKEN": self.worker_token(run.run_id),
-                   "TRAINSTACK_RUN_ID": run.run_id, "TRAINSTACK_COMMANDER_EPOCH": str(epoch),
+                   "TRAINSTACK_RUN_ID": run.run_id, ENV_COMMANDER_EPOCH: str(epoch),
                    "TRAINSTACK_POD_ID": pod_id, "TRAINSTACK_RUN_DIR": run_dir,
                    **{k: os.environ[k] for k in (*FORWARDED_SECRETS, *FORWARDED_ENDPOINTS) if os.environ.get(k)}}
             pid = self.provider.start(pod_id, argv, env, worker_log_path(req, run.run_id, epoch))

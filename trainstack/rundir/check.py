@@ -40,11 +40,11 @@ class FileShape:
 
 
 def _lease_fields(data: dict) -> str:
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
     from trainstack.lease import LeaseRecord
 
-    missing = [f.name for f in fields(LeaseRecord) if f.name not in data]
+    missing = [f.name for f in fields(LeaseRecord) if f.name not in data and f.default is MISSING]
     if missing:
         return f"it lacks {', '.join(missing)}"
     bad = [k for k in ("pid", "epoch") if not isinstance(data[k], int) or isinstance(data[k], bool)]
