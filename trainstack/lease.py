@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 from trainstack.fence import Epoch, commander_epoch
+from trainstack.procgroup import group_alive as _group_alive
+from trainstack.procgroup import group_members as group_members  # re-exported: older imports keep working
+from trainstack.procgroup import pid_alive as pid_alive
 
 
 def hostname() -> str:
@@ -76,50 +79,6 @@ def _read(path: Path) -> LeaseRecord | None:
         return LeaseRecord(**{k: data[k] for k in _FIELDS if k in data})
     except (OSError, ValueError, TypeError, KeyError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    """The process exists on this host and is not a zombie (a zombie is dead for our purposes)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(ln.startswith("State:") and "Z" in ln.split()[1] for ln in f)
-    except OSError:
-        return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group on this host, from /proc (Linux)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="utf-8") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
-            out.append(int(name))
-    return out
-
-
-def _group_alive(pgid: int) -> bool:
-    if os.path.isdir("/proc/self"):
-        return bool(group_members(pgid))
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:

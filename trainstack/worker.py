@@ -36,6 +36,7 @@ from typing import Any
 
 from trainstack.commander.client import CommanderClient, CommanderError, Unreachable
 from trainstack.fence import ENV_COMMANDER_EPOCH, EXIT_FENCED, Epoch
+from trainstack.procgroup import die_with_parent, kill_group, stop_group
 
 EXIT_SUPERSEDED = 4  # the worker's own exit: the commander refused its epoch (EXIT_FENCED is its trainer's)
 
@@ -44,58 +45,29 @@ def say(msg: str) -> None:
     print(f"[worker {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _libc_prctl():
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _libc_prctl()  # resolved before any fork: the child only calls it
-
-
-def _die_with_parent() -> None:
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class Trainer:
     """`trainstack exec RUN_DIR` in its own session; signals go to its whole process group."""
 
     def __init__(self, run_dir: str, env: dict[str, str]):
         argv = [sys.executable, "-m", "trainstack", "exec", run_dir, "--quiet"]
-        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_die_with_parent,
+        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent,
                                      stdin=subprocess.DEVNULL)
         self.stop_reason: str | None = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _killpg(self, signum: int) -> None:
-        try:
-            os.killpg(self.proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
     def kill(self, reason: str) -> int:
         """SIGKILL the whole group now (no checkpoint)."""
         self.stop_reason = self.stop_reason or reason
-        self._killpg(signal.SIGKILL)
+        kill_group(self.proc)
         return self.proc.wait()
 
     def stop(self, reason: str, grace_s: float) -> int:
         """SIGTERM (the trainer checkpoints), then SIGKILL of the group after grace_s."""
         self.stop_reason = self.stop_reason or reason
-        self._killpg(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self._killpg(signal.SIGKILL)
-            code = self.proc.wait()
-        self._killpg(signal.SIGKILL)  # anything left in the group
-        return code
+        stop_group(self.proc, term_wait_s=grace_s)
+        return self.proc.wait()
 
 
 _TRACES: dict[str, tuple[tuple, Any]] = {}
