@@ -91,3 +91,28 @@ def test_ray_start_argv_for_a_head_and_a_joining_node() -> None:
     assert "--include-dashboard=false" in slurm_head
     ports = [a for a in head if a.endswith("-port=" + a.rsplit("=", 1)[-1]) and "dashboard-port" not in a]
     assert len({p.rsplit("=", 1)[1] for p in ports}) == len(ports)  # every port its own
+
+
+def test_one_run_record_type_per_boundary() -> None:
+    """compare's view of a run and the commander's row were both `RunRecord`: two boundaries, two names."""
+    assert _class_defs("RunRecord") == ["trainstack/compare.py"]
+    assert _class_defs("CommanderRun") == ["trainstack/commander/store.py"]
+    assert _class_defs("ReportedProgress") == ["trainstack/rundir/progress.py"]
+
+
+def test_reported_progress_is_what_the_worker_sends_and_the_commander_reads(tmp_path: Path) -> None:
+    from trainstack.rundir import RunDir
+    from trainstack.rundir.progress import ReportedProgress
+    from trainstack.worker import progress
+
+    rd = RunDir(tmp_path)
+    rd.update_status(state="running", num_rollout=9)
+    sent = progress(tmp_path)
+    assert sent == {"state": "running", "last_checkpoint": None, "rollouts": None, "num_rollout": 9, "reward": None}
+    rd.update_status(hub={"commit": "abc123", "last_pushed": 4})
+    sent = progress(tmp_path)
+    assert sent["hub_commit"] == "abc123" and sent["hub_pushed"] == 4
+    assert ReportedProgress.from_json(sent).to_json() == sent
+    odd = ReportedProgress.from_json({"last_checkpoint": True, "reward": "x", "rollouts": 3, "extra": 1})
+    assert odd.last_checkpoint is None and odd.reward is None and odd.rollouts == 3
+    assert ReportedProgress.from_json(None) == ReportedProgress()

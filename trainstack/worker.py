@@ -98,17 +98,16 @@ def progress(run_dir: Path) -> dict[str, Any]:
     """What the commander shows for the run: the run dir's own traces (trainstack/rundir/progress.py)."""
     from trainstack.rundir import RunDir
 
+    from trainstack.rundir.progress import ReportedProgress
+
     rd = RunDir(run_dir)
     st = rd.status()
     done = _traces(rd)
-    out: dict[str, Any] = {"state": st.get("state"), "last_checkpoint": done.last_checkpoint,
-                           "rollouts": done.rollouts, "num_rollout": done.target or st.get("num_rollout"),
-                           "reward": done.reward}
     hub = st.get("hub")
     hub = hub if isinstance(hub, dict) else {}
-    if hub.get("commit"):  # the Hub commit holding the newest pushed checkpoint (trainstack/hub/sync.py)
-        out["hub_commit"], out["hub_pushed"] = hub["commit"], hub.get("last_pushed")
-    return out
+    return ReportedProgress(state=st.get("state"), last_checkpoint=done.last_checkpoint, rollouts=done.rollouts,
+                            num_rollout=done.target or st.get("num_rollout"), reward=done.reward,
+                            hub_commit=hub.get("commit") or None, hub_pushed=hub.get("last_pushed")).to_json()
 
 
 def log_tail(run_dir: Path, n: int = 32 * 1024) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainstack.commander.provider import LiumProvider, NoNode, PodRequest, idempotency_key, pod_name
-from trainstack.commander.store import RunRecord, Store
+from trainstack.commander.store import CommanderRun, Store
 from trainstack.fence import ENV_COMMANDER_EPOCH
 from trainstack.secrets import FORWARDED_SECRETS
 
@@ -133,11 +133,11 @@ class Reconciler:
         self._pods_at = 0.0
 
     # ------------------------------------------------------------------ one run
-    def _event(self, run: RunRecord, event: str, **data: Any) -> None:
+    def _event(self, run: CommanderRun, event: str, **data: Any) -> None:
         with self.store.tx() as db:
             Store.event(db, run.run_id, event, run.epoch, **data)
 
-    def _set(self, run: RunRecord, event: str | None = None, data: dict | None = None, **fields: Any) -> bool:
+    def _set(self, run: CommanderRun, event: str | None = None, data: dict | None = None, **fields: Any) -> bool:
         """Fenced on the epoch we read: a concurrent worker write or provisioning wins."""
         with self.store.tx() as db:
             ok = Store.update(db, run.run_id, epoch=run.epoch, **fields)
@@ -145,7 +145,7 @@ class Reconciler:
                 Store.event(db, run.run_id, event, run.epoch, **(data or {}))
             return ok
 
-    def _reconcile(self, run: RunRecord, pods: dict[str, Any] | None) -> None:
+    def _reconcile(self, run: CommanderRun, pods: dict[str, Any] | None) -> None:
         now = time.time()
         if run.phase in ("finished", "failed", "cancelled", "paused"):
             self._remove_run_pods(run)
@@ -195,7 +195,7 @@ class Reconciler:
         if run.phase == "provisioning":
             self._provision_async(run)
 
-    def _over_budget(self, run: RunRecord) -> str | None:
+    def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
             return f"spend limit reached: ${run.cost_usd:.4f} >= ${run.spend_limit:.4f}"
         if run.sweep:
@@ -206,7 +206,7 @@ class Reconciler:
                     return f"sweep spend limit reached: ${cost:.4f} >= ${limit:.4f}"
         return None
 
-    def _wind_down(self, run: RunRecord, now: float) -> None:
+    def _wind_down(self, run: CommanderRun, now: float) -> None:
         final = run.desired  # cancelled | paused
         if run.phase in ("running", "stopping") and run.lease_live(now):
             if run.phase != "stopping":
@@ -222,7 +222,7 @@ class Reconciler:
                           "updated=? WHERE run_id=? AND epoch=?", (final, now, run.run_id, run.epoch)).rowcount:
                 Store.event(db, run.run_id, final, run.epoch + 1, cost_usd=run.cost_usd)
 
-    def _remove_run_pods(self, run: RunRecord) -> None:
+    def _remove_run_pods(self, run: CommanderRun) -> None:
         for p in run.pods:
             if p["removed"] is None:
                 self._remove_pod(run.run_id, p["pod_id"], run.epoch)
@@ -260,7 +260,7 @@ class Reconciler:
             t = self._busy.get(run_id)
             return t is not None and t.is_alive()
 
-    def _provision_async(self, run: RunRecord) -> None:
+    def _provision_async(self, run: CommanderRun) -> None:
         with self._busy_lock:
             t = self._busy.get(run.run_id)
             if t is not None and t.is_alive():
@@ -269,7 +269,7 @@ class Reconciler:
             self._busy[run.run_id] = t
             t.start()
 
-    def _provision(self, run: RunRecord) -> None:
+    def _provision(self, run: CommanderRun) -> None:
         req = PodRequest.from_dict(run.settings)
         epoch = run.epoch
         name = pod_name(run.run_id, epoch)
