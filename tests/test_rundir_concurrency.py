@@ -92,3 +92,23 @@ def test_temp_names_are_private_to_each_write(tmp_path: Path) -> None:
     assert len(names) == 100 and len(seen) == 400 and not names & seen
     atomic_write(target, "{}\n")
     assert [p.name for p in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_locks_nest_and_a_failed_write_leaves_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+    from trainstack.rundir import locked
+
+    with locked(tmp_path / ".a.lock"), locked(tmp_path / ".b.lock"):  # two files: no deadlock
+        RunDir(tmp_path).update_status(state="running")
+    assert RunDir(tmp_path).status()["state"] == "running"
+
+    def no_space(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("trainstack.rundir.os.replace", no_space)
+    try:
+        RunDir(tmp_path).update_status(state="failed")
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the write error must reach the caller")
+    assert not list(tmp_path.glob(".*.tmp")) and RunDir(tmp_path).status()["state"] == "running"

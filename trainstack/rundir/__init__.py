@@ -32,7 +32,8 @@ def now_iso() -> str:
 
 
 _TMP_SEQ = itertools.count()
-_THREAD_LOCK = threading.Lock()  # flock alone also serialises threads (one open file each); this one is cheap
+_THREAD_LOCKS: dict[str, threading.Lock] = {}  # per lock file: nesting two different locks cannot deadlock
+_THREAD_LOCKS_GUARD = threading.Lock()
 
 
 def temp_name(path: Path) -> Path:
@@ -56,10 +57,12 @@ def atomic_write(path: Path, text: str) -> None:
 
 @contextmanager
 def locked(lock_file: Path) -> Iterator[None]:
-    """Exclusive across threads (a process-wide lock) and processes (flock on `lock_file`). A filesystem
+    """Exclusive across threads (a lock per lock file) and processes (flock on `lock_file`). A filesystem
     without flock (ENOLCK) still serialises this process's threads."""
     lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with _THREAD_LOCK, open(lock_file, "a") as f:
+    with _THREAD_LOCKS_GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(os.path.abspath(lock_file), threading.Lock())
+    with thread_lock, open(lock_file, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX)
         except OSError:
