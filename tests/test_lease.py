@@ -137,5 +137,7 @@ def test_old_lease_json_without_the_new_field_is_still_valid(tmp_path):
 
     _lease_of(tmp_path / "lease.json", "h", "absent")
     assert _lease_fields(json.loads((tmp_path / "lease.json").read_text())) == ""
+    assert "commander_epoch has the wrong type" in _lease_fields(
+        {**json.loads((tmp_path / "lease.json").read_text()), "commander_epoch": "7"})
     assert "lacks epoch" in _lease_fields({k: v for k, v in json.loads((tmp_path / "lease.json").read_text()).items()
                                           if k != "epoch"})
