@@ -3,7 +3,6 @@ the fake Lium; SIGKILL and restart on the same database."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -59,18 +58,16 @@ class CommanderProc:
         return CommanderClient(self.url, token)
 
     def kill9(self) -> None:
+        from trainstack.procgroup import kill_group
+
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        kill_group(self.proc, reap_wait_s=10)
 
     def stop(self) -> None:
+        from trainstack.procgroup import stop_group
+
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            stop_group(self.proc, term_wait_s=15)
 
 
 def worker_token(run_id: str) -> str:

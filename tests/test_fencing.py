@@ -15,7 +15,8 @@ import pytest
 from conftest import ROOT
 
 from trainstack.fence import EXIT_FENCED
-from trainstack.lease import Lease, group_members, pid_alive
+from trainstack.lease import Lease
+from trainstack.procgroup import group_members, pid_alive
 
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -91,3 +91,53 @@ def test_heartbeat_renews_and_detects_loss(tmp_path):
     assert lost == [True] and lease.lost.is_set()
     lease.release()
     assert json.loads((tmp_path / "lease.json").read_text())["token"] == "thief"  # never deletes another's lease
+
+
+def _lease_of(path, host, commander_epoch, ttl_s=600):
+    """A live lease.json of another pod, as a trainer under `commander_epoch` wrote it."""
+    now = time.time()
+    rec = {"token": "t" * 32, "host": host, "pid": 1, "since": now, "heartbeat": now, "expires_at": now + ttl_s,
+           "ttl_s": ttl_s, "epoch": 3, "trainer_pgid": None}
+    if commander_epoch != "absent":
+        rec["commander_epoch"] = commander_epoch
+    path.write_text(json.dumps(rec))
+
+
+def test_the_lease_records_the_commander_epoch_it_runs_under(tmp_path, monkeypatch):
+    from trainstack.fence import ENV_COMMANDER_EPOCH
+    from trainstack.lease import read_record
+
+    monkeypatch.setenv(ENV_COMMANDER_EPOCH, "7")
+    lease = Lease.acquire(tmp_path / "lease.json", ttl_s=30)
+    assert json.loads((tmp_path / "lease.json").read_text())["commander_epoch"] == 7
+    assert read_record(tmp_path / "lease.json").commander_epoch == 7 and lease.record.epoch == 1
+    lease.release()
+    monkeypatch.delenv(ENV_COMMANDER_EPOCH)
+    again = Lease.acquire(tmp_path / "lease.json", ttl_s=30)
+    assert again.record.commander_epoch is None and again.record.epoch == 2
+
+
+@pytest.mark.parametrize("recorded, ours, taken", [
+    (4, 5, True),  # an older commander epoch: superseded, taken over at once
+    (5, 5, False),  # our own epoch: never evicted by us
+    (6, 5, False),  # a newer epoch: we are the superseded worker
+    ("absent", 5, True),  # a lease.json written before records named the commander epoch (compatible)
+    (None, 5, True),  # written outside the commander, held by another host
+])
+def test_worker_takes_over_only_a_run_dir_lease_of_an_older_commander_epoch(tmp_path, recorded, ours, taken):
+    from trainstack.worker import take_over_run_dir_lease
+
+    _lease_of(tmp_path / "lease.json", "lium-old-pod", recorded)
+    assert take_over_run_dir_lease(tmp_path, "lium-new-pod", ours) is taken
+    assert (tmp_path / "lease.json").exists() is not taken
+
+
+def test_old_lease_json_without_the_new_field_is_still_valid(tmp_path):
+    from trainstack.rundir.check import _lease_fields
+
+    _lease_of(tmp_path / "lease.json", "h", "absent")
+    assert _lease_fields(json.loads((tmp_path / "lease.json").read_text())) == ""
+    assert "commander_epoch has the wrong type" in _lease_fields(
+        {**json.loads((tmp_path / "lease.json").read_text()), "commander_epoch": "7"})
+    assert "lacks epoch" in _lease_fields({k: v for k, v in json.loads((tmp_path / "lease.json").read_text()).items()
+                                          if k != "epoch"})

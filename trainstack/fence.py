@@ -5,21 +5,49 @@ The lifecycle that holds the lease passes it to the trainer's process group in t
 (the lease file, the holder's token and epoch). A check passes when `lease.json` still carries
 our token and stays valid for at least `margin_s` more seconds: nobody can take a lease over
 before it expires, so a write that finishes inside the margin cannot race a new holder's writes.
-Stdlib only: the tiny trainer and the process-group guard import it.
+Stdlib only (lease.json is parsed by its one reader, trainstack/lease.py): the tiny trainer and the guard import it.
+
+This module and trainstack/lease.py are the one home of fencing: the epoch, `Fenced` (raised by a
+writer that must stop: the tiny trainer's save, the Hub push) and `EXIT_FENCED` (how a fenced
+`trainstack exec` / guard / trainer exits; the Lium worker reads it).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from trainstack.lease import LeaseRecord
+
+Epoch = int
+"""A fencing number: it only grows, one per grant of a run to a writer, and a writer under an older one is
+superseded. Two authorities issue epochs, one above the other: the Lium commander grants a run to a pod
+(its `runs.epoch`, handed to the worker as ENV_COMMANDER_EPOCH), and the run dir's lease.json grants it to
+one `trainstack exec` (LeaseRecord.epoch, recording the commander epoch it runs under, if any)."""
+
+ENV_COMMANDER_EPOCH = "TRAINSTACK_COMMANDER_EPOCH"
 ENV_FILE = "TRAINSTACK_LEASE_FILE"
 ENV_TOKEN = "TRAINSTACK_LEASE_TOKEN"
 ENV_EPOCH = "TRAINSTACK_LEASE_EPOCH"
 ENV_MARGIN = "TRAINSTACK_FENCE_MARGIN_S"
 DEFAULT_MARGIN_S = 5.0
 EXIT_FENCED = 75  # a trainer that lost its lease stops with this code, having published nothing (EX_TEMPFAIL)
+
+
+def epoch_superseded(held: Epoch, current: Epoch) -> str | None:
+    """Why a writer that holds epoch `held` must stop when its authority is at `current` (None: it is current)."""
+    return None if held == current else f"epoch {held} is superseded (current {current})"
+
+
+def commander_epoch(env: "os._Environ[str] | dict[str, str] | None" = None) -> Epoch | None:
+    """The commander epoch this process runs under (a Lium worker's trainer), None outside the commander."""
+    raw = (os.environ if env is None else env).get(ENV_COMMANDER_EPOCH, "")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
 
 
 def margin_for(ttl_s: float) -> float:
@@ -34,14 +62,14 @@ def min_lease_ttl(grace_s: float) -> float:
 
 
 class Fenced(Exception):
-    """This writer no longer holds the lease: stop without publishing."""
+    """This writer no longer holds the run (its lease or its epoch was superseded): stop without publishing."""
 
 
 @dataclass(frozen=True)
 class Fence:
     lease_file: str
     token: str
-    epoch: int
+    epoch: Epoch
     margin_s: float = DEFAULT_MARGIN_S
 
     @classmethod
@@ -59,22 +87,20 @@ class Fence:
         return {ENV_FILE: self.lease_file, ENV_TOKEN: self.token, ENV_EPOCH: str(self.epoch),
                 ENV_MARGIN: str(self.margin_s)}
 
-    def read(self) -> dict | None:
-        try:
-            with open(self.lease_file, encoding="utf-8") as f:
-                data = json.load(f)
-            return data if isinstance(data, dict) else None
-        except (OSError, ValueError):
-            return None
+    def read(self) -> "LeaseRecord | None":
+        """lease.json as its one reader parses it (trainstack/lease.py)."""
+        from trainstack.lease import read_record
 
-    def superseded(self, record: dict | None = None) -> str | None:
+        return read_record(self.lease_file)
+
+    def superseded(self, record: "LeaseRecord | None" = None) -> str | None:
         """Another holder (or none) owns the lease now: never write again."""
         rec = self.read() if record is None else record
         if rec is None:
             return "the lease file is gone or unreadable"
-        if rec.get("token") != self.token:
-            return (f"lease epoch {self.epoch} was superseded by epoch {rec.get('epoch')} "
-                    f"(host {rec.get('host')}, pid {rec.get('pid')})")
+        if rec.token != self.token:
+            return (f"lease epoch {self.epoch} was superseded by epoch {rec.epoch} "
+                    f"(host {rec.host}, pid {rec.pid})")
         return None
 
     def problem(self, margin_s: float | None = None, now: float | None = None) -> str | None:
@@ -84,7 +110,7 @@ class Fence:
         if why or rec is None:
             return why
         margin = self.margin_s if margin_s is None else margin_s
-        left = float(rec.get("expires_at", 0)) - (time.time() if now is None else now)
+        left = rec.expires_at - (time.time() if now is None else now)
         if left < margin:
             return (f"lease epoch {self.epoch} expires in {left:.1f} s (its holder stopped renewing it; "
                     f"a write needs {margin:.0f} s)")

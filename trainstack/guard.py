@@ -31,7 +31,7 @@ import threading
 import time
 
 from trainstack.fence import EXIT_FENCED, Fence
-from trainstack.procgroup import die_with_parent
+from trainstack.procgroup import die_with_parent, signal_members, stop_members
 
 POLL_S = 0.25
 
@@ -65,20 +65,7 @@ def _ancestors() -> set[int]:
 
 def signal_group(sig: int, keep: set[int]) -> int:
     """Send `sig` to every live member of our process group but `keep`; how many were signalled."""
-    from trainstack.lease import group_members
-
-    n = 0
-    for pid in group_members(os.getpgrp()):
-        if pid in keep:
-            continue
-        try:
-            os.kill(pid, sig)
-            if sig == signal.SIGTERM:
-                os.kill(pid, signal.SIGCONT)  # a stopped process must wake up to handle it
-            n += 1
-        except (ProcessLookupError, PermissionError):
-            pass
-    return n
+    return signal_members(os.getpgrp(), sig, keep)
 
 
 class Guard:
@@ -167,11 +154,7 @@ class Guard:
 
     def finish(self) -> int:
         code = self.proc.wait()
-        if signal_group(signal.SIGTERM, self.keep):  # orphans of the trainer: reward servers, plugin children
-            end = time.monotonic() + 2.0
-            while time.monotonic() < end and signal_group(0, self.keep):
-                time.sleep(0.05)
-            signal_group(signal.SIGKILL, self.keep)
+        stop_members(os.getpgrp(), self.keep, 2.0)  # orphans of the trainer: reward servers, plugin children
         self.pump.join(timeout=5)
         if self.fenced or (self.fence is not None and self.stop_reason and self.fence.superseded()):
             return EXIT_FENCED

@@ -7,6 +7,8 @@ expiry has passed can be taken over; so can one whose holder is a dead process o
 once the trainer process group it started is gone too (a launcher killed with SIGKILL leaves its
 trainer finishing a final checkpoint: the relaunch waits for it). A holder that finds another
 token in `lease.json` has lost the lease; its trainer is fenced (trainstack/fence.py).
+Under the Lium commander the record also names the commander epoch it runs under, so that a
+worker of a newer commander epoch takes the run dir over and one of an older epoch never does.
 """
 from __future__ import annotations
 
@@ -19,6 +21,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+
+from trainstack.fence import Epoch, commander_epoch
+from trainstack.procgroup import group_alive as _group_alive
+from trainstack.procgroup import group_members as group_members  # re-exported: older imports keep working
+from trainstack.procgroup import pid_alive as pid_alive
 
 
 def hostname() -> str:
@@ -34,8 +41,9 @@ class LeaseRecord:
     heartbeat: float
     expires_at: float
     ttl_s: float
-    epoch: int  # increases with every acquisition of this run: a fencing number
+    epoch: Epoch  # increases with every acquisition of this run's lease.json: a fencing number
     trainer_pgid: int | None = None  # the process group of the trainer it started (this host), if any
+    commander_epoch: Epoch | None = None  # the Lium commander's epoch this holder runs under (None: no commander)
 
     def trainer_stopping(self) -> bool:
         """Its launcher (on this host) is dead but the trainer group it started is still finishing."""
@@ -60,56 +68,17 @@ class LeaseHeld(Exception):
         super().__init__(holder.describe())
 
 
+def read_record(path: str | Path) -> LeaseRecord | None:
+    """lease.json's record (None: absent or unreadable); fields it does not know are ignored."""
+    return _read(Path(path))
+
+
 def _read(path: Path) -> LeaseRecord | None:
     try:
         data = json.loads(path.read_text())
         return LeaseRecord(**{k: data[k] for k in _FIELDS if k in data})
     except (OSError, ValueError, TypeError, KeyError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    """The process exists on this host and is not a zombie (a zombie is dead for our purposes)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(ln.startswith("State:") and "Z" in ln.split()[1] for ln in f)
-    except OSError:
-        return True
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group on this host, from /proc (Linux)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="utf-8") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
-            out.append(int(name))
-    return out
-
-
-def _group_alive(pgid: int) -> bool:
-    if os.path.isdir("/proc/self"):
-        return bool(group_members(pgid))
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:
@@ -136,8 +105,11 @@ class Lease:
         self.lost = threading.Event()
 
     @classmethod
-    def acquire(cls, path: str | Path, ttl_s: float = 60.0, attempts: int = 5) -> "Lease":
+    def acquire(cls, path: str | Path, ttl_s: float = 60.0, attempts: int = 5,
+                under: Epoch | None = None) -> "Lease":
+        """Take the run dir; `under`: the commander epoch we run under (default: the environment's)."""
         path = Path(path)
+        under = commander_epoch() if under is None else under
         path.parent.mkdir(parents=True, exist_ok=True)
         seen_epoch = 0
         for _ in range(attempts):
@@ -145,7 +117,8 @@ class Lease:
             seen_epoch = max(seen_epoch, current.epoch if current else 0)
             now = time.time()
             rec = LeaseRecord(token=secrets.token_hex(16), host=hostname(), pid=os.getpid(), since=now,
-                              heartbeat=now, expires_at=now + ttl_s, ttl_s=ttl_s, epoch=seen_epoch + 1)
+                              heartbeat=now, expires_at=now + ttl_s, ttl_s=ttl_s, epoch=seen_epoch + 1,
+                              commander_epoch=under)
             tmp = path.with_name(f".lease.{rec.token}")
             tmp.write_text(json.dumps(asdict(rec)))
             try:
@@ -185,6 +158,7 @@ class Lease:
         aside.unlink(missing_ok=True)
 
     def holds(self) -> bool:
+        """Does lease.json still carry our token (the fence of the Hub sync and the heartbeat)."""
         cur = _read(self.path)
         return cur is not None and cur.token == self.record.token
 

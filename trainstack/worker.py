@@ -25,7 +25,6 @@ TRAINSTACK_POD_ID, TRAINSTACK_RUN_DIR; plus the forwarded secrets (WANDB_API_KEY
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import signal
 import subprocess
@@ -36,30 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.commander.client import CommanderClient, CommanderError, Unreachable
+from trainstack.fence import ENV_COMMANDER_EPOCH, EXIT_FENCED, Epoch
+from trainstack.procgroup import die_with_parent, kill_group, stop_group
 
-EXIT_SUPERSEDED = 4
-EXIT_FENCED = 75  # `trainstack exec` stopped without publishing: its run-dir lease went to another writer
+EXIT_SUPERSEDED = 4  # the worker's own exit: the commander refused its epoch (EXIT_FENCED is its trainer's)
 
 
 def say(msg: str) -> None:
     print(f"[worker {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _libc_prctl():
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _libc_prctl()  # resolved before any fork: the child only calls it
-
-
-def _die_with_parent() -> None:
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class Trainer:
@@ -67,36 +50,24 @@ class Trainer:
 
     def __init__(self, run_dir: str, env: dict[str, str]):
         argv = [sys.executable, "-m", "trainstack", "exec", run_dir, "--quiet"]
-        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_die_with_parent,
+        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent,
                                      stdin=subprocess.DEVNULL)
         self.stop_reason: str | None = None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def _killpg(self, signum: int) -> None:
-        try:
-            os.killpg(self.proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
     def kill(self, reason: str) -> int:
         """SIGKILL the whole group now (no checkpoint)."""
         self.stop_reason = self.stop_reason or reason
-        self._killpg(signal.SIGKILL)
+        kill_group(self.proc)
         return self.proc.wait()
 
     def stop(self, reason: str, grace_s: float) -> int:
         """SIGTERM (the trainer checkpoints), then SIGKILL of the group after grace_s."""
         self.stop_reason = self.stop_reason or reason
-        self._killpg(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self._killpg(signal.SIGKILL)
-            code = self.proc.wait()
-        self._killpg(signal.SIGKILL)  # anything left in the group
-        return code
+        stop_group(self.proc, term_wait_s=grace_s)
+        return self.proc.wait()
 
 
 _TRACES: dict[str, tuple[tuple, Any]] = {}
@@ -127,17 +98,16 @@ def progress(run_dir: Path) -> dict[str, Any]:
     """What the commander shows for the run: the run dir's own traces (trainstack/rundir/progress.py)."""
     from trainstack.rundir import RunDir
 
+    from trainstack.rundir.progress import ReportedProgress
+
     rd = RunDir(run_dir)
     st = rd.status()
     done = _traces(rd)
-    out: dict[str, Any] = {"state": st.get("state"), "last_checkpoint": done.last_checkpoint,
-                           "rollouts": done.rollouts, "num_rollout": done.target or st.get("num_rollout"),
-                           "reward": done.reward}
     hub = st.get("hub")
     hub = hub if isinstance(hub, dict) else {}
-    if hub.get("commit"):  # the Hub commit holding the newest pushed checkpoint (trainstack/hub/sync.py)
-        out["hub_commit"], out["hub_pushed"] = hub["commit"], hub.get("last_pushed")
-    return out
+    return ReportedProgress(state=st.get("state"), last_checkpoint=done.last_checkpoint, rollouts=done.rollouts,
+                            num_rollout=done.target or st.get("num_rollout"), reward=done.reward,
+                            hub_commit=hub.get("commit") or None, hub_pushed=hub.get("last_pushed")).to_json()
 
 
 def log_tail(run_dir: Path, n: int = 32 * 1024) -> str:
@@ -153,29 +123,32 @@ def log_tail(run_dir: Path, n: int = 32 * 1024) -> str:
         return ""
 
 
-def take_over_run_dir_lease(run_dir: Path, host: str) -> None:
-    """The run dir's lease of a trainer from an older epoch (another pod) is moved aside: we hold the
-    commander's newer epoch, so that trainer was superseded (and with write fencing it can no longer
-    publish). Without this a replacement would wait out that lease's TTL."""
-    from trainstack.lease import LeaseRecord, evict
-
+def take_over_run_dir_lease(run_dir: Path, host: str, epoch: Epoch) -> bool:
+    """The run dir's lease of a trainer from an older commander epoch (another pod) is moved aside: we
+    hold the commander's newer epoch, so that trainer was superseded (and with write fencing it can no
+    longer publish). Without this a replacement would wait out that lease's TTL. A lease that records
+    our epoch or a newer one is never taken (we would be the superseded writer); one that records
+    none (written outside the commander) is taken when another host holds it."""
+    from trainstack.lease import evict, read_record
     from trainstack.rundir import RunDir
 
     path = RunDir(run_dir).lease_file
-    try:
-        rec = LeaseRecord(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return
-    if rec.host != host and rec.expires_at > time.time():
-        say(f"taking over the run-dir lease of {rec.host} (epoch {rec.epoch}): superseded by our commander lease")
-        evict(path, rec)
+    rec = read_record(path)
+    if rec is None or rec.host == host or rec.expires_at <= time.time():
+        return False
+    if rec.commander_epoch is not None and rec.commander_epoch >= epoch:
+        return False
+    say(f"taking over the run-dir lease of {rec.host} (lease epoch {rec.epoch}, commander epoch "
+        f"{rec.commander_epoch}): superseded by our commander epoch {epoch}")
+    evict(path, rec)
+    return True
 
 
 class Worker:
     def __init__(self, env: dict[str, str]):
         self.url = env["TRAINSTACK_COMMANDER_URL"]
         self.run_id = env["TRAINSTACK_RUN_ID"]
-        self.epoch = int(env["TRAINSTACK_COMMANDER_EPOCH"])
+        self.epoch: Epoch = int(env[ENV_COMMANDER_EPOCH])
         self.pod_id = env.get("TRAINSTACK_POD_ID", "local")
         self.run_dir = Path(env["TRAINSTACK_RUN_DIR"])
         self.holder = f"{self.pod_id}/{os.getpid()}"
@@ -232,7 +205,7 @@ class Worker:
             self.grace = float(runspec.load(self.run_dir).resume.grace_s)
         except Exception:  # noqa: BLE001 - exec reports a bad spec itself
             pass
-        take_over_run_dir_lease(self.run_dir, self.child_env["TRAINSTACK_HOSTNAME"])
+        take_over_run_dir_lease(self.run_dir, self.child_env["TRAINSTACK_HOSTNAME"], self.epoch)
         say(f"starting trainstack exec {self.run_dir}")
         return Trainer(str(self.run_dir), self.child_env)
 
@@ -299,7 +272,7 @@ class Worker:
 
 def main() -> int:
     missing = [k for k in ("TRAINSTACK_COMMANDER_URL", "TRAINSTACK_COMMANDER_TOKEN", "TRAINSTACK_RUN_ID",
-                           "TRAINSTACK_COMMANDER_EPOCH", "TRAINSTACK_RUN_DIR") if not os.environ.get(k)]
+                           ENV_COMMANDER_EPOCH, "TRAINSTACK_RUN_DIR") if not os.environ.get(k)]
     if missing:
         print(f"trainstack worker: missing {', '.join(missing)} in the environment (the commander sets them when it "
               "starts the worker on a pod)", file=sys.stderr)

@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 from trainstack.commander.reconciler import CommanderConfig, worker_log_path
 from trainstack.commander.store import TERMINAL_PHASES, Store
 from trainstack.commander.provider import PodRequest
+from trainstack.fence import epoch_superseded
+from trainstack.rundir.progress import ReportedProgress
 
 
 class Register(BaseModel):
@@ -88,11 +90,12 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return rec
 
     def progress_fields(progress: dict[str, Any]) -> dict[str, Any]:
+        reported = ReportedProgress.from_json(progress)
         out: dict[str, Any] = {"progress": progress}
-        if isinstance(progress.get("last_checkpoint"), int):
-            out["last_checkpoint"] = progress["last_checkpoint"]
-        if progress.get("hub_commit"):
-            out["last_hub_commit"] = str(progress["hub_commit"])
+        if reported.last_checkpoint is not None:
+            out["last_checkpoint"] = reported.last_checkpoint
+        if reported.hub_commit:
+            out["last_hub_commit"] = reported.hub_commit
         return out
 
     @app.exception_handler(HTTPException)
@@ -235,8 +238,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
             row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
                 raise HTTPException(404, f"no run {run_id}")
-            if body.epoch != row["epoch"]:
-                raise HTTPException(409, f"epoch {body.epoch} is superseded (current {row['epoch']})")
+            if why := epoch_superseded(body.epoch, row["epoch"]):
+                raise HTTPException(409, why)
             if row["desired"] != "running" or row["phase"] not in ("provisioning", "starting", "running"):
                 raise HTTPException(409, f"run is {row['phase']} (desired {row['desired']}); nothing to train")
             holder, expires = row["lease_holder"], row["lease_expires"] or 0
@@ -252,8 +255,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         if row is None:
             raise HTTPException(404, f"no run {run_id}")
-        if epoch != row["epoch"]:
-            raise HTTPException(409, f"epoch {epoch} is superseded (current {row['epoch']})")
+        if why := epoch_superseded(epoch, row["epoch"]):
+            raise HTTPException(409, why)
         if row["lease_holder"] != holder:
             raise HTTPException(409, "not the lease holder")
         if (row["lease_expires"] or 0) <= now:
@@ -268,8 +271,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
             Store.update(db, run_id, epoch=body.epoch, lease_expires=now + config.lease_ttl_s,
                          **progress_fields(body.progress))
             last = row["last_checkpoint"]
-            ck = body.progress.get("last_checkpoint")
-            if isinstance(ck, int) and ck != last:
+            ck = ReportedProgress.from_json(body.progress).last_checkpoint
+            if ck is not None and ck != last:
                 Store.event(db, run_id, "checkpoint", body.epoch, iteration=ck)
         return {"desired": row["desired"], "ttl_s": config.lease_ttl_s, "expires_in": config.lease_ttl_s}
 
@@ -288,7 +291,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                          exit_code=body.exit_code, message=message, log_tail=body.log_tail,
                          **progress_fields(body.progress))
             Store.event(db, run_id, f"worker_{body.state}", body.epoch, exit_code=body.exit_code,
-                        message=body.message, last_checkpoint=body.progress.get("last_checkpoint"))
+                        message=body.message, last_checkpoint=ReportedProgress.from_json(body.progress).last_checkpoint)
         if reconciler is not None:
             reconciler.refresh()
         return {"run_id": run_id, "phase": phase}

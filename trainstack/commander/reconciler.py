@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainstack.commander.provider import LiumProvider, NoNode, PodRequest, idempotency_key, pod_name
-from trainstack.commander.store import RunRecord, Store
+from trainstack.commander.store import CommanderRun, Store
+from trainstack.fence import ENV_COMMANDER_EPOCH
 from trainstack.secrets import FORWARDED_SECRETS
 
 # Not secrets, but where the secrets are good: a Hub mirror or private endpoint, a self-hosted wandb.
@@ -132,11 +133,11 @@ class Reconciler:
         self._pods_at = 0.0
 
     # ------------------------------------------------------------------ one run
-    def _event(self, run: RunRecord, event: str, **data: Any) -> None:
+    def _event(self, run: CommanderRun, event: str, **data: Any) -> None:
         with self.store.tx() as db:
             Store.event(db, run.run_id, event, run.epoch, **data)
 
-    def _set(self, run: RunRecord, event: str | None = None, data: dict | None = None, **fields: Any) -> bool:
+    def _set(self, run: CommanderRun, event: str | None = None, data: dict | None = None, **fields: Any) -> bool:
         """Fenced on the epoch we read: a concurrent worker write or provisioning wins."""
         with self.store.tx() as db:
             ok = Store.update(db, run.run_id, epoch=run.epoch, **fields)
@@ -144,7 +145,7 @@ class Reconciler:
                 Store.event(db, run.run_id, event, run.epoch, **(data or {}))
             return ok
 
-    def _reconcile(self, run: RunRecord, pods: dict[str, Any] | None) -> None:
+    def _reconcile(self, run: CommanderRun, pods: dict[str, Any] | None) -> None:
         now = time.time()
         if run.phase in ("finished", "failed", "cancelled", "paused"):
             self._remove_run_pods(run)
@@ -194,7 +195,7 @@ class Reconciler:
         if run.phase == "provisioning":
             self._provision_async(run)
 
-    def _over_budget(self, run: RunRecord) -> str | None:
+    def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
             return f"spend limit reached: ${run.cost_usd:.4f} >= ${run.spend_limit:.4f}"
         if run.sweep:
@@ -205,7 +206,7 @@ class Reconciler:
                     return f"sweep spend limit reached: ${cost:.4f} >= ${limit:.4f}"
         return None
 
-    def _wind_down(self, run: RunRecord, now: float) -> None:
+    def _wind_down(self, run: CommanderRun, now: float) -> None:
         final = run.desired  # cancelled | paused
         if run.phase in ("running", "stopping") and run.lease_live(now):
             if run.phase != "stopping":
@@ -221,7 +222,7 @@ class Reconciler:
                           "updated=? WHERE run_id=? AND epoch=?", (final, now, run.run_id, run.epoch)).rowcount:
                 Store.event(db, run.run_id, final, run.epoch + 1, cost_usd=run.cost_usd)
 
-    def _remove_run_pods(self, run: RunRecord) -> None:
+    def _remove_run_pods(self, run: CommanderRun) -> None:
         for p in run.pods:
             if p["removed"] is None:
                 self._remove_pod(run.run_id, p["pod_id"], run.epoch)
@@ -259,7 +260,7 @@ class Reconciler:
             t = self._busy.get(run_id)
             return t is not None and t.is_alive()
 
-    def _provision_async(self, run: RunRecord) -> None:
+    def _provision_async(self, run: CommanderRun) -> None:
         with self._busy_lock:
             t = self._busy.get(run.run_id)
             if t is not None and t.is_alive():
@@ -268,7 +269,7 @@ class Reconciler:
             self._busy[run.run_id] = t
             t.start()
 
-    def _provision(self, run: RunRecord) -> None:
+    def _provision(self, run: CommanderRun) -> None:
         req = PodRequest.from_dict(run.settings)
         epoch = run.epoch
         name = pod_name(run.run_id, epoch)
@@ -298,7 +299,7 @@ class Reconciler:
             argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,
                    "TRAINSTACK_COMMANDER_TOKEN": self.worker_token(run.run_id),
-                   "TRAINSTACK_RUN_ID": run.run_id, "TRAINSTACK_COMMANDER_EPOCH": str(epoch),
+                   "TRAINSTACK_RUN_ID": run.run_id, ENV_COMMANDER_EPOCH: str(epoch),
                    "TRAINSTACK_POD_ID": pod_id, "TRAINSTACK_RUN_DIR": run_dir,
                    **{k: os.environ[k] for k in (*FORWARDED_SECRETS, *FORWARDED_ENDPOINTS) if os.environ.get(k)}}
             pid = self.provider.start(pod_id, argv, env, worker_log_path(req, run.run_id, epoch))

@@ -79,7 +79,12 @@ TERMINAL_PHASES = ("finished", "failed", "cancelled", "paused")
 
 
 @dataclass
-class RunRecord:
+class CommanderRun:
+    """One run as the commander keeps it: its row of the `runs` table (+ its pods). The boundary it
+    serves is the commander's store <-> its reconciler and API; `public()` is its JSON on the HTTP
+    API (what `trainstack status` shows for a Lium run). Not the run dir's view of a run (RunDir,
+    rundir/progress.Progress) nor compare's (compare.RunRecord): the commander never reads a run dir."""
+
     run_id: str
     sweep: str | None
     spec: dict[str, Any]
@@ -151,14 +156,14 @@ class Store:
             self._db.execute("COMMIT")
 
     # ------------------------------------------------------------------ reads
-    def run(self, run_id: str, with_pods: bool = True) -> RunRecord | None:
+    def run(self, run_id: str, with_pods: bool = True) -> CommanderRun | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
             if row is None:
                 return None
             return self._record(row, with_pods)
 
-    def runs(self, sweep: str | None = None, with_pods: bool = False) -> list[RunRecord]:
+    def runs(self, sweep: str | None = None, with_pods: bool = False) -> list[CommanderRun]:
         with self._lock:
             if sweep is None:
                 rows = self._db.execute("SELECT * FROM runs ORDER BY created, run_id").fetchall()
@@ -166,11 +171,11 @@ class Store:
                 rows = self._db.execute("SELECT * FROM runs WHERE sweep=? ORDER BY created, run_id", (sweep,)).fetchall()
             return [self._record(r, with_pods) for r in rows]
 
-    def _record(self, row: sqlite3.Row, with_pods: bool) -> RunRecord:
+    def _record(self, row: sqlite3.Row, with_pods: bool) -> CommanderRun:
         d = dict(row)
         for k in ("spec", "settings", "progress"):
             d[k] = json.loads(d[k] or "{}")
-        rec = RunRecord(**d)
+        rec = CommanderRun(**d)
         pods = self._db.execute("SELECT * FROM pods WHERE run_id=? ORDER BY rented", (rec.run_id,)).fetchall()
         now = time.time()
         rec.cost_usd = round(sum(p["price_per_hour"] * ((p["removed"] or now) - p["rented"]) / 3600.0 for p in pods), 6)

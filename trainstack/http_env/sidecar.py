@@ -106,13 +106,7 @@ class EnvServerProcess:
     def stop(self, term_wait_s: float = 10.0) -> Optional[int]:
         from trainstack.procgroup import stop_group
 
-        if self.proc.poll() is None:
-            stop_group(self.proc, term_wait_s=term_wait_s)
-        else:
-            try:  # anything the server left in its group
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        stop_group(self.proc, term_wait_s=term_wait_s)  # exited already: what it left in its group
         self._log.close()
         return self.proc.returncode
 

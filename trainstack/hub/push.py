@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from trainstack.fence import Epoch, Fenced
 from trainstack.hub import layout
 from trainstack.hub.client import HubClient, StalePointer
 from trainstack.rundir import now_iso
@@ -28,10 +29,6 @@ from trainstack.rundir.layout import iter_name
 MANIFEST_FORMAT = 1
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 HF_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
-class Fenced(Exception):
-    """This process no longer holds the run: nothing more is pushed."""
 
 
 class ChangedDuringUpload(Exception):
@@ -43,7 +40,7 @@ class PushJob:
     run_id: str
     iteration: int
     save_dir: str
-    lease_epoch: int
+    lease_epoch: Epoch  # the run-dir lease's epoch this push runs under (recorded in the pointer)
     args: dict[str, Any]  # the training config, for the resume check of whoever restores it
     inputs: dict[str, Any] | None = None  # input paths + content fingerprints (trainstack/identity.py)
     spec_json: bytes | None = None
@@ -137,7 +134,7 @@ def _patterns(files: dict[str, int]) -> list[str]:
 
 def _check(fence: Callable[[], bool]) -> None:
     if not fence():
-        raise Fenced()
+        raise Fenced("this process no longer holds the run's lease: nothing more is pushed")
 
 
 def push_checkpoint(client: HubClient, job: PushJob, fence: Callable[[], bool],

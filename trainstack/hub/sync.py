@@ -14,17 +14,18 @@ import json
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from trainstack.checkpoints import inspect
+from trainstack.checkpoints import inspect, is_complete
+from trainstack.fence import Fenced
 from trainstack.hub import layout
-from trainstack.hub.fence import checkpoint_complete, epoch_is_current
-from trainstack.hub.push import Fenced, PushJob, PushResult, push_checkpoint
+from trainstack.hub.push import PushJob, PushResult, push_checkpoint
 from trainstack.rundir import now_iso
 from trainstack.rundir.layout import iter_name
 
 if TYPE_CHECKING:
     from trainstack.hub.client import HubClient
+    from trainstack.lease import Lease
     from trainstack.rundir import RunDir
     from trainstack.runspec import RunSpec
 
@@ -36,7 +37,7 @@ def _say(msg: str) -> None:
 class SyncWorker:
     """Pushes one run's selected checkpoints to its Hub repo from a daemon thread."""
 
-    def __init__(self, spec: "RunSpec", rundir: "RunDir", lease: Any, on_hub: int | None = None,
+    def __init__(self, spec: "RunSpec", rundir: "RunDir", lease: "Lease", on_hub: int | None = None,
                  client_factory: Callable[[], "HubClient"] | None = None, poll_s: float = 0.5):
         self.spec, self.rundir, self.lease = spec, rundir, lease
         self.hub = spec.hub
@@ -91,7 +92,7 @@ class SyncWorker:
 
     # --- the thread ------------------------------------------------------------------------
     def _fence(self) -> bool:
-        return not self.abandoned and epoch_is_current(self.lease)
+        return not self.abandoned and self.lease.holds()
 
     def _loop(self) -> None:
         try:
@@ -127,7 +128,7 @@ class SyncWorker:
             return out
         for name in names:
             m = layout.ITER_RE.match(name)
-            if m and low < int(m.group(1)) <= high and checkpoint_complete(self.save_dir, int(m.group(1))):
+            if m and low < int(m.group(1)) <= high and is_complete(self.save_dir, int(m.group(1))):
                 out.append(int(m.group(1)))
         return sorted(out)
 
@@ -224,7 +225,7 @@ class SyncWorker:
 
         spec_json = json.dumps(self.spec.to_json(), indent=1, sort_keys=True, default=str).encode()
         return PushJob(run_id=self.spec.run_id, iteration=i, save_dir=self.save_dir,
-                       lease_epoch=getattr(getattr(self.lease, "record", None), "epoch", 0),
+                       lease_epoch=self.lease.record.epoch,
                        args=training_relevant(self.spec.args), inputs=self.spec.inputs, spec_json=spec_json,
                        hf_template=self.spec.args.get("save_hf"),
                        rollout_template=self.spec.args.get("save_debug_rollout_data") if self.hub.push_rollouts

@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from trainstack.launch.base import Launcher
+from trainstack.launch.ray_start import ray_start_argv
 from trainstack.procgroup import stop_group
 from trainstack.rundir import RunDir, layout
 from trainstack.runspec import RunSpec
@@ -40,12 +40,6 @@ def ray_answers(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LocalRayHead:
     """`ray start --head --block` on loopback in a new session: we own (and stop) exactly its group."""
 
@@ -53,12 +47,7 @@ class LocalRayHead:
         self.temp_dir = tempfile.mkdtemp(prefix="tsray-", dir="/tmp")  # short: Ray's socket paths are length-limited
         env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("RAY_ADDRESS", None)
-        argv = ["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={_free_port()}",
-                "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", f"--num-cpus={num_cpus}",
-                f"--num-gpus={num_gpus}", f"--temp-dir={self.temp_dir}", "--disable-usage-stats",
-                f"--dashboard-agent-listen-port={_free_port()}", f"--metrics-export-port={_free_port()}"]
-        ray_bin = Path(sys.executable).with_name("ray")
-        argv[0] = str(ray_bin) if ray_bin.exists() else "ray"
+        argv = ray_start_argv("127.0.0.1", num_cpus, num_gpus, self.temp_dir, dashboard_port=dashboard_port)
         self.log = open(log_path, "ab")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.address = f"http://127.0.0.1:{dashboard_port}"

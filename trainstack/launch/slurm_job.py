@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainstack.launch.ray_start import gcs_port, ray_start_argv
 from trainstack.procgroup import stop_group
 
 EXIT_RAY = 70  # the Ray cluster could not be assembled
@@ -93,17 +94,6 @@ def expand_nodelist(nodelist: str) -> list[str]:
     return [nodelist] if "[" not in nodelist else []
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _ray_bin() -> str:
-    ray = Path(sys.executable).with_name("ray")
-    return str(ray) if ray.exists() else "ray"
-
-
 def _ignore_usr2() -> None:  # preexec: only the submitit process reacts to the preemption signal
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
 
@@ -152,21 +142,9 @@ def rank_resource(rank: int) -> str:
 def start_node(task: TaskEnv, rendezvous: Path, num_cpus: int, num_gpus: int, head_address: str | None) -> RayNode:
     ip = node_ip(task)
     temp_dir = f"/tmp/tsray-{task.job_id}-{task.rank}"  # short: Ray's socket paths are length-limited
-    argv = [_ray_bin(), "start", "--block", f"--node-ip-address={ip}", f"--num-cpus={num_cpus}",
-            f"--num-gpus={num_gpus}", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-            f"--resources={json.dumps({rank_resource(task.rank): 1})}",
-            f"--node-manager-port={_free_port()}", f"--object-manager-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"]
-    if head_address is None:
-        argv[2:2] = ["--head", f"--port={_free_port()}", "--include-dashboard=false"]
-    else:
-        argv.insert(2, f"--address={head_address}")
+    argv = ray_start_argv(ip, num_cpus, num_gpus, temp_dir, address=head_address,
+                          resources={rank_resource(task.rank): 1})
     return RayNode(argv, rendezvous / f"ray-rank{task.rank}.log", ray_env())
-
-
-def _gcs_port(argv: list[str]) -> int:
-    return int(next(a.split("=", 1)[1] for a in argv if a.startswith("--port=")))
 
 
 def wait_for_nodes(address: str, expected: dict[int, str], num_gpus_total: int, timeout_s: float,
@@ -217,7 +195,7 @@ def bootstrap_ray(task: TaskEnv, rendezvous: Path, num_cpus: int, gpus_per_node:
         for stale in (head_file, rendezvous / "done"):
             stale.unlink(missing_ok=True)
         head = start_node(task, rendezvous, num_cpus, gpus_per_node, None)
-        address = f"{node_ip(task)}:{_gcs_port(head.argv)}"
+        address = f"{node_ip(task)}:{gcs_port(head.argv)}"
         head_file.write_text(json.dumps({"address": address, "job_id": task.job_id, "host": task.hostname}))
         if task.single_host or len(task.hostnames) < nranks:
             expected = {r: task.hostnames[0] if task.hostnames else task.hostname for r in range(nranks)}
@@ -332,15 +310,7 @@ class PointRunner:
 
         child = self._child
         if child is not None and child.poll() is None:
-            try:
-                os.killpg(child.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                child.wait(timeout=point.grace_s + 30)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+            stop_group(child, term_wait_s=point.grace_s + 30)
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         if restarts >= point.max_requeues:
             print(f"trainstack: {point.run_id}: not requeued, it was requeued {restarts} times already "

@@ -1,16 +1,23 @@
 """The run directory: files that record what a run is, what happened to it, and where it stands.
 
-Layout and file formats: docs/run_dir.md. Writes are atomic (tmp + os.replace) so a reader
-(or a crash) never sees half a file.
+Layout and file formats: docs/run_dir.md. Writes are atomic (a temp name private to the writing
+thread + os.replace) so a reader (or a crash) never sees half a file. Several writers share a run
+dir (the lifecycle, the Hub sync thread, a worker): status.json's read-modify-write holds a lock
+(threads: a threading.Lock; processes: flock on a lock file), so no update is lost, and an event is
+one O_APPEND write under flock, so events.jsonl lines never interleave.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
+import itertools
 import json
 import os
 import socket
+import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from trainstack.rundir import layout
 
@@ -24,14 +31,67 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+_TMP_SEQ = itertools.count()
+_THREAD_LOCKS: dict[str, threading.Lock] = {}  # per lock file: nesting two different locks cannot deadlock
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+def temp_name(path: Path) -> Path:
+    """A temp name next to `path` that no other process, thread or call uses: pid + thread + counter."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_TMP_SEQ)}.tmp")
+
+
 def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def locked(lock_file: Path) -> Iterator[None]:
+    """Exclusive across threads (a lock per lock file) and processes (flock on `lock_file`). A filesystem
+    without flock (ENOLCK) still serialises this process's threads."""
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCKS_GUARD:
+        thread_lock = _THREAD_LOCKS.setdefault(os.path.abspath(lock_file), threading.Lock())
+    with thread_lock, open(lock_file, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        try:
+            yield
+        finally:
+            try:
+                fcntl.flock(f, fcntl.LOCK_UN)
+            except OSError:
+                pass
+
+
+def append_line(path: Path, line: str) -> None:
+    """One line at the end of `path` in one O_APPEND write under flock: concurrent writers (threads,
+    processes, hosts on a shared filesystem where O_APPEND alone is not atomic) never interleave."""
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the flock
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -106,10 +166,7 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"time": now_iso(), "event": event, "host": socket.gethostname(), "pid": os.getpid(),
                            **fields}, default=str)
-        with open(self.events_file, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.events_file, line)
 
     def events(self) -> list[dict]:
         """events.jsonl's records (a line cut by a kill, or anything not a JSON object, is skipped)."""
@@ -132,8 +189,11 @@ class RunDir:
         return data if isinstance(data, dict) else {}
 
     def update_status(self, **fields: Any) -> dict[str, Any]:
-        status = {**self.status(), **fields, "updated_at": now_iso()}
-        atomic_write(self.status_file, json.dumps(status, indent=1, sort_keys=True, default=str) + "\n")
+        """Merge `fields` into status.json; read and write happen under one lock, so concurrent
+        updates (the lifecycle and the Hub sync thread, two processes) never drop each other's keys."""
+        with locked(self.path / layout.STATUS_LOCK):
+            status = {**self.status(), **fields, "updated_at": now_iso()}
+            atomic_write(self.status_file, json.dumps(status, indent=1, sort_keys=True, default=str) + "\n")
         return status
 
     def metric_series(self) -> dict[str, list[tuple[float, float]]]:

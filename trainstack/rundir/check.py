@@ -40,17 +40,19 @@ class FileShape:
 
 
 def _lease_fields(data: dict) -> str:
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
     from trainstack.lease import LeaseRecord
 
-    missing = [f.name for f in fields(LeaseRecord) if f.name not in data]
+    missing = [f.name for f in fields(LeaseRecord) if f.name not in data and f.default is MISSING]
     if missing:
         return f"it lacks {', '.join(missing)}"
     bad = [k for k in ("pid", "epoch") if not isinstance(data[k], int) or isinstance(data[k], bool)]
     bad += [k for k in ("since", "heartbeat", "expires_at", "ttl_s")
             if not isinstance(data[k], (int, float)) or isinstance(data[k], bool)]
     bad += [k for k in ("token", "host") if not isinstance(data[k], str)]
+    bad += [k for k in ("trainer_pgid", "commander_epoch")
+            if data.get(k) is not None and (not isinstance(data[k], int) or isinstance(data[k], bool))]
     return f"{', '.join(bad)} {'has' if len(bad) == 1 else 'have'} the wrong type" if bad else ""
 
 

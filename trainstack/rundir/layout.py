@@ -20,6 +20,7 @@ COMMAND_SH = "command.sh"
 # What happened and where it stands.
 EVENTS = "events.jsonl"
 STATUS = "status.json"
+STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
 METRICS = "metrics.jsonl"
 LEASE = "lease.json"
 SLURM = "slurm.json"  # the scheduler's record of a submitted run

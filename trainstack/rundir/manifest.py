@@ -6,14 +6,12 @@ sweep dir (or an Optuna sweeper's batches) never lose each other's entries.
 """
 from __future__ import annotations
 
-import fcntl
 import json
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from trainstack.rundir import atomic_write, now_iso, read_json
+from trainstack.rundir import atomic_write, locked, now_iso, read_json
 from trainstack.rundir import layout
 
 MANIFEST_VERSION = 1
@@ -73,22 +71,11 @@ def read(sweep_dir: str | Path) -> SweepManifest | None:
         return None
 
 
-@contextmanager
-def _locked(sweep_dir: Path) -> Iterator[None]:
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    with open(sweep_dir / layout.SWEEP_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def record(sweep_dir: str | Path, runs: Sequence[SweepRun], *, scheduler: str, mode: str = "jobs",
            wait: bool = False, submitit_folder: str | None = None, submit_s: float = 0.0) -> Path:
     """Add (or replace, by run_id) these points in the sweep's manifest."""
     sweep = Path(sweep_dir).absolute()
-    with _locked(sweep):
+    with locked(sweep / layout.SWEEP_LOCK):
         current = read(sweep) or SweepManifest(sweep_dir=str(sweep), scheduler=scheduler)
         new_ids = {r.run_id for r in runs}
         current.runs = [r for r in current.runs if r.run_id not in new_ids] + list(runs)

@@ -8,7 +8,7 @@ write of a step winning; else the checkpoint), and the target of the spec that l
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,38 @@ class Progress:
 
 def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass
+class ReportedProgress:
+    """A run's progress as its Lium worker reports it (the worker -> commander -> `trainstack status`
+    boundary: JSON in every lease renewal and report, kept in the commander's `runs.progress`, read back
+    for a Lium run's status row). Made on the pod from Progress and status.json; read tolerantly."""
+
+    state: str | None = None
+    last_checkpoint: int | None = None
+    rollouts: int | None = None
+    num_rollout: int | None = None
+    reward: float | None = None
+    hub_commit: str | None = None  # the Hub commit holding the newest pushed checkpoint (hub/sync.py)
+    hub_pushed: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        if not self.hub_commit:  # no Hub: the keys are absent, as the commander has always seen them
+            d.pop("hub_commit"), d.pop("hub_pushed")
+        return d
+
+    @classmethod
+    def from_json(cls, data: Any) -> "ReportedProgress":
+        d = data if isinstance(data, dict) else {}
+        reward = d.get("reward")
+        return cls(state=d["state"] if isinstance(d.get("state"), str) else None,
+                   last_checkpoint=_int(d.get("last_checkpoint")), rollouts=_int(d.get("rollouts")),
+                   num_rollout=_int(d.get("num_rollout")),
+                   reward=float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
+                   hub_commit=str(d["hub_commit"]) if d.get("hub_commit") else None,
+                   hub_pushed=_int(d.get("hub_pushed")))
 
 
 def target_of(run_dir: Path) -> int | None:

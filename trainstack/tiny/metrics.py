@@ -51,12 +51,11 @@ def drop_redone_steps(path: str, first: dict[str, int]) -> None:
         if bound is not None and isinstance(step, (int, float)) and step >= bound:
             continue
         kept.append(line + "\n")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from pathlib import Path
+
+    from trainstack.rundir import atomic_write
+
+    atomic_write(Path(path), "".join(kept))
 
 
 class Metrics:
