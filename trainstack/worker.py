@@ -133,6 +133,8 @@ def progress(run_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"state": st.get("state"), "last_checkpoint": done.last_checkpoint,
                            "rollouts": done.rollouts, "num_rollout": done.target or st.get("num_rollout"),
                            "reward": done.reward}
+    if isinstance(st.get("last_metrics"), dict):  # what a wait=true sweep returns to its sweeper (any metric)
+        out["metrics"] = st["last_metrics"]
     hub = st.get("hub")
     hub = hub if isinstance(hub, dict) else {}
     if hub.get("commit"):  # the Hub commit holding the newest pushed checkpoint (trainstack/hub/sync.py)
