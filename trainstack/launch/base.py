@@ -76,8 +76,10 @@ class Launcher:
         """This run's settings (checked at compose time, stored in the spec)."""
         from trainstack.schema import to_typed
 
+        from trainstack.rundir import layout
+
         obj, errors = to_typed(self.Settings, dict(spec.cluster.settings or {}), f"cluster.{self.name}.",
-                               lambda _k: "spec.json")
+                               lambda _k: layout.SPEC)
         if errors:
             from trainstack.errors import ConfigErrors
 

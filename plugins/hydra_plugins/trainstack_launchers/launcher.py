@@ -122,6 +122,7 @@ class TrainstackLauncher(Launcher):
             launcher = get(self.name)
             given = self.hydra_settings(type(launcher))
         except ConfigErrors as err:
+            remove_fresh_sweep_dir(str(sweep_dir))
             report_and_exit(err)
         specs, errors, dry_lines, built = [], [], [], []
         for idx, overrides in enumerate(job_overrides):  # every point checked before the first is submitted
