@@ -1,0 +1,70 @@
+"""The launcher interface's own contracts, without a backend: typed settings, the registry, the
+Lium sweep metric, the in-process sweep refusal of a launcher that needs the shared plugin."""
+from __future__ import annotations
+
+import json
+import time
+
+from conftest import run_py
+
+
+def test_every_launcher_owns_typed_settings_and_the_core_cluster_has_none():
+    import dataclasses
+
+    from trainstack.launch import registry
+    from trainstack.launch.base import Launcher
+    from trainstack.schema import ClusterSpec
+
+    core = {f.name for f in dataclasses.fields(ClusterSpec)}
+    assert not core & {"partition", "account", "time_min", "mem_gb", "cpus_per_node", "ray_address",
+                        "start_ray_head", "extra"}
+    for name in registry.names():
+        cls = registry.launcher_class(name)
+        assert issubclass(cls, Launcher) and dataclasses.is_dataclass(cls.Settings)
+        for method in ("submit", "execute", "status", "cancel", "logs", "record_sweep", "submit_host_problems"):
+            assert callable(getattr(cls, method))
+    assert {f.name for f in dataclasses.fields(registry.launcher_class("ray_job").Settings)} == {"address", "start_head"}
+
+
+def test_lium_wait_sweeps_return_any_metric_not_only_the_reward(tmp_path):
+    """A finished Lium run's metric comes from the worker's report of the run's last metrics."""
+    from trainstack.launch.lium import metric_of
+    from trainstack.rundir import RunDir
+    from trainstack.worker import progress
+
+    rd = RunDir(tmp_path)
+    rd.update_status(run_id="r", state="finished", last_metrics={"eval/accuracy": 0.75, "rollout/raw_reward": 0.5})
+    reported = progress(tmp_path)
+    assert reported["metrics"]["eval/accuracy"] == 0.75
+    rec = {"phase": "finished", "progress": reported}
+    assert metric_of(rec, "eval/accuracy") == 0.75 and metric_of(rec, "rollout/raw_reward") == 0.5
+    assert metric_of({"progress": {"reward": 0.25}}, "rollout/raw_reward") == 0.25  # an older worker's report
+
+
+def test_a_plugin_launcher_under_the_in_process_sweep_is_refused_once_before_composing(tmp_path):
+    """`-m cluster=<slurm cluster>` without hydra/launcher=slurm: one message, not one per point, and no
+    point composed (256 points answered as fast as one)."""
+    t0 = time.monotonic()
+    res = run_py("-m", "cluster=slurm_8xh100", "model=qwen3-4B", "env.num_rollout=range(1,257)", "hydra.sweep.dir=sw",
+                 cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert res.returncode == 2 and res.stderr.count("error: ") == 1, res.stderr
+    assert "add hydra/launcher=slurm" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "runs").exists()
+    one = run_py("-m", "cluster=slurm_8xh100", "model=qwen3-4B", "env.num_rollout=1", "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert one.returncode == 2 and one.stderr == res.stderr
+    assert took < 30, took
+
+
+def test_status_json_names_each_runs_launcher(tmp_path, capsys, monkeypatch):
+    from trainstack.cli import main
+
+    for rid, launcher in (("a", "slurm"), ("b", None)):
+        d = tmp_path / "runs" / rid
+        d.mkdir(parents=True)
+        (d / "status.json").write_text(json.dumps({"run_id": rid, "state": "finished",
+                                                   **({"launcher": launcher} if launcher else {})}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["status", "a", "b", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["run_id"], r["launcher"]) for r in rows] == [("a", "slurm"), ("b", "local")]
