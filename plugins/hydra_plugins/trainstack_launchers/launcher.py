@@ -103,7 +103,8 @@ class TrainstackLauncher(Launcher):
         run, cmd, task_cfg = self.build_point(overrides)
         preflight(run, cmd, launching=False, submitted_by=self.name)  # resume plan, run dir, deferred checks
         spec = RunSpec.from_run(run, cmd)
-        merged = {**spec.cluster.settings, **given}
+        merged = {**spec.cluster.settings, **{k: ({**spec.cluster.settings[k], **v} if isinstance(v, dict) and isinstance(
+            spec.cluster.settings.get(k), dict) else v) for k, v in given.items()}}  # maps (sbatch, pod) merged key by key
         obj, errors = to_typed(type(launcher).Settings, merged, f"cluster.{self.name}.", lambda _k: "")
         if errors:
             raise ConfigErrors(errors)
