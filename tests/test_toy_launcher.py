@@ -66,7 +66,7 @@ def sh(line: str, cwd: Path, toy_pkg: Path, timeout: float = 180) -> subprocess.
 
 
 def doc_commands() -> list[str]:
-    return [ln.strip() for b in doc_blocks("bash") for ln in b.splitlines()
+    return [ln.strip() for b in doc_blocks("shell") for ln in b.splitlines()
             if ln.strip() and not ln.startswith("#") and "toy" in ln]
 
 
