@@ -75,6 +75,9 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
         lines.append(_rule(f"launch (the trainer runs on {where})", st))
         if report.plan:
             lines.append(f"  run dir  {run.run_dir}: {report.plan}")
+        if run.cluster.settings:  # the launcher's settings, defaults included (cluster.<launcher>)
+            lines.append(f"  cluster.{run.cluster.launcher}  " + " ".join(
+                f"{k}={v}" for k, v in run.cluster.settings.items() if v not in (None, {}, [])))
         lines += [st("  note: ", "33") + n for n in [*report.notes, *env_notes]]
         if report.deferred:
             lines.append("  deferred to the host that runs it (checked by `trainstack exec` before the trainer starts):")
