@@ -366,6 +366,19 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
 
 @pytest.mark.slow
 @slurm
+def test_sbatch_refusal_is_a_scheduler_failure_not_bad_input(tmp_path, cluster_up):
+    """The config composes and validates; SLURM refuses the job (no such partition): exit 6 with sbatch's
+    reason, never 2 ("a problem in the run config"), no traceback."""
+    from trainstack.errors import SchedulerFailure
+
+    r = run_py("cluster.launcher=slurm", "cluster.slurm.partition=no-such-partition", "env.num_rollout=2", cwd=tmp_path)
+    assert r.returncode == SchedulerFailure.exit_code == 6, r.stderr
+    assert "the scheduler failed: sbatch refused" in r.stderr and "no-such-partition" in r.stderr.lower()
+    assert "problem in the run config" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+@slurm
 def test_same_run_id_never_runs_twice(tmp_path, cluster_up):
     """Singleton dependency: the second job of a run_id waits; the lease is the second fence."""
     from trainstack.lease import Lease
