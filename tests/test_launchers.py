@@ -68,3 +68,20 @@ def test_status_json_names_each_runs_launcher(tmp_path, capsys, monkeypatch):
     assert main(["status", "a", "b", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(r["run_id"], r["launcher"]) for r in rows] == [("a", "slurm"), ("b", "local")]
+
+
+def test_old_cluster_keys_name_where_they_moved():
+    import pytest
+
+    from trainstack.errors import ConfigErrors
+    from trainstack.overrides import normalise_argv
+    from trainstack.resolve import CONF_DIR
+
+    for old, new in (("cluster.partition=gpu", "cluster.slurm.partition"), ("cluster.time_min=60", "cluster.slurm.time_min"),
+                     ("cluster.ray_address=http://h:8265", "cluster.ray_job.address"),
+                     ("+cluster.extra.launcher.spend_limit=1", "cluster.<launcher>.spend_limit"),
+                     ("+cluster.extra.lium.gpu_type=A100", "cluster.lium.pod.gpu_type"),
+                     ("+cluster.extra.sbatch.qos=high", "cluster.slurm.sbatch.qos")):
+        with pytest.raises(ConfigErrors) as err:
+            normalise_argv([old], str(CONF_DIR))
+        assert err.value.errors[0].fix == f"use {new}", (old, err.value.errors[0].render())

@@ -100,7 +100,7 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         names = [f.name for f in dataclasses.fields(section)] + list(blocks)
         if field_name not in names:
             close = difflib.get_close_matches(field_name, names, n=3, cutoff=0.6)
-            moved = getattr(section, "MOVED", {}).get(field_name)
+            moved = section.moved_key(rest) if hasattr(section, "moved_key") else None
             fix = f"use {moved}" if moved else at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
             problem = "moved to the settings of the launcher that uses it" if moved else f"unknown {head} setting"
             return token, ConfigError(key, problem, fix, source=f"command line `{key}=...`")

@@ -63,6 +63,16 @@ class ClusterSpec:
         return self.num_nodes * self.gpus_per_node
 
     @classmethod
+    def moved_key(cls, rest: str) -> str | None:
+        """Where an old cluster key (`rest`: the part after `cluster.`) lives now; None if it never moved."""
+        head, _, sub = rest.partition(".")
+        if head != "extra" or not sub:
+            return cls.MOVED.get(head)
+        kind, _, leaf = sub.partition(".")
+        new = {"launcher": "cluster.<launcher>", "lium": "cluster.lium.pod", "sbatch": "cluster.slurm.sbatch"}.get(kind)
+        return (f"{new}.{leaf}" if leaf else new) if new else f"cluster.slurm.sbatch.{sub}"
+
+    @classmethod
     def extra_keys(cls) -> tuple[str, ...]:
         """Keys of a cluster node that are not fields: one settings block per launcher."""
         return LAUNCHER_NAMES
