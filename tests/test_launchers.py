@@ -85,3 +85,20 @@ def test_old_cluster_keys_name_where_they_moved():
         with pytest.raises(ConfigErrors) as err:
             normalise_argv([old], str(CONF_DIR))
         assert err.value.errors[0].fix == f"use {new}", (old, err.value.errors[0].render())
+
+
+def test_one_hydra_sweep_plugin_drives_every_launcher():
+    """hydra/launcher=<name> for every entry point is the one plugin; backends add no Hydra code."""
+    from hydra.core.config_store import ConfigStore
+
+    from conftest import ROOT
+    from hydra_plugins.trainstack_launchers.launcher import TARGET
+    from trainstack.launch import registry
+
+    options = ConfigStore.instance().repo["hydra"]["launcher"]
+    for name in registry.names():
+        node = options[f"{name}.yaml"].node
+        assert node["_target_"] == TARGET and node["launcher"] == name and set(node) == {"_target_", "launcher"}
+    plugins = sorted(p.name for p in (ROOT / "plugins" / "hydra_plugins").iterdir()
+                     if p.is_dir() and not p.name.startswith("__"))
+    assert plugins == ["trainstack_launchers", "trainstack_local"], plugins

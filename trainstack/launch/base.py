@@ -110,7 +110,7 @@ class Launcher:
         runs = []
         for spec, num in zip(specs, nums):
             code = self.submit(spec)
-            if code:
+            if code and not self.waits:  # a waiting launcher's code is the run's: a failed trial, not a failed submit
                 from trainstack.errors import RuntimeFailure
 
                 raise RuntimeFailure(f"{self.name}: submitting {spec.run_id} exited with {code}")
