@@ -102,3 +102,28 @@ def test_one_hydra_sweep_plugin_drives_every_launcher():
     plugins = sorted(p.name for p in (ROOT / "plugins" / "hydra_plugins").iterdir()
                      if p.is_dir() and not p.name.startswith("__"))
     assert plugins == ["trainstack_launchers", "trainstack_local"], plugins
+
+
+def test_a_ray_job_that_will_not_stop_is_a_ray_failure_not_bad_input(monkeypatch):
+    """A previous job of the run that survives stop_job: RayFailure (exit 7), nothing submitted."""
+    import itertools
+    from types import SimpleNamespace
+
+    import pytest
+
+    from trainstack.errors import RayFailure
+    from trainstack.launch import ray_job
+
+    stopped: list[str] = []
+    live = SimpleNamespace(submission_id="trainstack-r-e1", metadata={"trainstack_run_id": "r"},
+                           status=SimpleNamespace(value="RUNNING"))
+    client = SimpleNamespace(list_jobs=lambda: [live], stop_job=stopped.append)
+    runner = object.__new__(ray_job.RayJobRunner)
+    runner.client, runner.run_id, runner.grace_s = client, "r", 0.0
+    clock = itertools.count(0, 10)
+    monkeypatch.setattr(ray_job.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(ray_job.time, "sleep", lambda _s: None)
+    with pytest.raises(RayFailure) as err:
+        runner._retire_older_jobs()
+    assert stopped == ["trainstack-r-e1"] and err.value.exit_code == 7
+    assert "do not stop" in err.value.render() and "ray job stop" in err.value.render()
