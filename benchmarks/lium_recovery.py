@@ -57,7 +57,7 @@ def main() -> int:
     run = subprocess.run([sys.executable, str(ROOT / "run.py"), "cluster=lium_cpu", "run_id=bench", "env.num_rollout=100000",
                           "args.save_interval=1", "env.eval_interval=null", "env.eval_prompt_data=null",
                           f"paths.runs_root={tmp}/runs", f"paths.data_root={tmp}/data",
-                          "+cluster.extra.launcher.restart_limit=100"],
+                          "cluster.lium.restart_limit=100"],
                          cwd=tmp, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     trials = []

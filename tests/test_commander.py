@@ -161,8 +161,8 @@ def run_of_db(cmd: CommanderProc, run_id: str) -> dict:
 def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothing(tmp_path):
     env = {"TRAINSTACK_COMMANDER_TOKEN": "", "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
     common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2"]
-    bad = run_py(*common, "+cluster.extra.lium.gpu_typo=H100", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
-    assert bad.returncode == 2 and "cluster.extra.lium.gpu_typo: not a Lium pod setting" in bad.stderr, bad.stderr
+    bad = run_py(*common, "cluster.lium.pod.gpu_typo=H100", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
+    assert bad.returncode == 2 and "cluster.lium.pod.gpu_typo: not a Lium pod setting" in bad.stderr, bad.stderr
     nodes = run_py(*common, "cluster.num_nodes=2", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
     assert nodes.returncode == 2 and "cluster.num_nodes: a Lium run is one pod" in nodes.stderr, nodes.stderr
     no_token = run_py(*common, cwd=tmp_path, env=env)

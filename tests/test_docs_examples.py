@@ -79,7 +79,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/resume.md (after the three runs above in the same directory: README and resume.md differ)
     "python run.py env.num_rollout=40 args.save_interval=10": (0, "run dir"),
     "python run.py env.num_rollout=60 args.save_interval=10": (0, "resuming from rollout 39"),
-    "python run.py cluster.launcher=ray_job cluster.start_ray_head=true env.num_rollout=20 args.save_interval=10":
+    "python run.py cluster.launcher=ray_job cluster.ray_job.start_head=true env.num_rollout=20 args.save_interval=10":
         (0, "(finished, exit code 0)"),
     # README, docs/http_env.md
     "python run.py experiment=cpu-agentic env.num_rollout=5": (0, "(finished, exit code 0)"),

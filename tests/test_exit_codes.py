@@ -81,3 +81,69 @@ def test_a_trainer_killed_by_a_signal_is_128_plus_n_not_247(tmp_path):
         stop(proc)
     assert code != 247
     assert code == 128 + signal.SIGKILL
+
+
+# -------------------------------------------------------------------------------------------------
+# failures outside the config: their own exit codes (trainstack/errors.py RuntimeFailure), never 2
+# -------------------------------------------------------------------------------------------------
+def test_cancel_on_a_host_without_scancel_is_a_scheduler_failure_not_bad_input(tmp_path):
+    from trainstack.errors import SchedulerFailure
+
+    d = tmp_path / "runs" / "r1"
+    d.mkdir(parents=True)
+    (d / "status.json").write_text(json.dumps({"run_id": "r1", "state": "running", "launcher": "slurm"}))
+    (d / "slurm.json").write_text(json.dumps({"run_id": "r1", "job_id": "77", "job_name": "r1"}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(Path(sys.executable).parent)}  # no SLURM here
+    r = subprocess.run([sys.executable, "-m", "trainstack", "cancel", "r1"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == SchedulerFailure.exit_code == 6, r.stderr
+    assert "the scheduler failed: scancel not found" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_commander_refusal_is_a_commander_failure_not_bad_input(tmp_path):
+    """The config is fine; the commander says no: exit 8 with its reason, not 2 ("problem in the run config")."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from trainstack.errors import CommanderFailure
+
+    class Refusing(BaseHTTPRequestHandler):
+        def _answer(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802
+            self._answer(200, {"ok": True})
+
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._answer(409, {"detail": "sweep spend limit reached"})
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        r = subprocess.run([sys.executable, str(ROOT / "run.py"), "cluster=lium_cpu", "env.num_rollout=2",
+                            f"cluster.lium.commander_url=http://127.0.0.1:{server.server_address[1]}"],
+                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                              "TRAINSTACK_COMMANDER_TOKEN": "t" * 24},
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert r.returncode == CommanderFailure.exit_code == 8, r.stderr
+    assert "the Lium commander failed" in r.stderr and "sweep spend limit reached" in r.stderr
+    assert "problem in the run config" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_exit_codes_are_documented():
+    from trainstack.errors import EXIT_CODES
+
+    table = (ROOT / "docs" / "resume.md").read_text()
+    for code in EXIT_CODES:
+        assert f"| {code} |" in table, code

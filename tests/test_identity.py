@@ -73,7 +73,7 @@ def test_managed_dests_are_refused_with_the_fix(override, key):
     (["args.train_env_vars={HF_TOKEN:abc123secret}"], "args.train_env_vars.HF_TOKEN"),
     (["+args.train_env_vars={A:'1',nested:{MY_API_KEY:abc123secret}}"], "args.train_env_vars.nested.MY_API_KEY"),
     (["runtime_env.env_vars.WANDB_API_KEY=abc123secret"], "runtime_env.env_vars.WANDB_API_KEY"),
-    (["cluster.extra={lium_api_key:abc123secret}"], "cluster.extra.lium_api_key"),
+    (["cluster.lium.pod={lium_api_key:abc123secret}"], "cluster.lium.pod.lium_api_key"),
 ])
 def test_secrets_are_refused_in_every_form(overrides, key):
     with pytest.raises(ConfigErrors) as err:

@@ -286,7 +286,7 @@ def test_cancel_stops_with_a_final_checkpoint_and_removes_the_pod(stack, fake_li
 def test_spend_limit_pauses_the_run_and_removes_its_pod(stack, fake_lium):
     # the cheapest node costs $0.30/h: $0.0008 is about 10 s of pod time
     res = stack.run("run_id=budget", "env.num_rollout=400", "args.save_interval=1000",
-                    "+cluster.extra.launcher.spend_limit=0.0008")
+                    "cluster.lium.spend_limit=0.0008")
     assert res.returncode == 0, res.stderr
     done = stack.wait_phase("budget", ("paused", "failed", "finished"), timeout=120)
     assert done["phase"] == "paused" and "spend limit" in done["message"]

@@ -62,9 +62,9 @@ def test_a_remote_launcher_defers_the_host_checks(tmp_path):
     assert any(d.startswith("model.ref_load: ") and d.endswith("is a directory") for d in report.deferred)
     assert report.deferred[-1].endswith("is writable with room for one checkpoint")
     # a ray_job launcher with a remote address too; with a loopback address it is local
-    report, errors = checks([*QWEN, "cluster.ray_address=http://10.1.2.3:8265"], tmp_path)
+    report, errors = checks([*QWEN, "cluster.ray_job.address=http://10.1.2.3:8265"], tmp_path)
     assert errors == [] and not report.runs_here and report.deferred
-    _, errors = checks([*QWEN, "cluster.ray_address=http://localhost:8265"], tmp_path)
+    _, errors = checks([*QWEN, "cluster.ray_job.address=http://localhost:8265"], tmp_path)
     assert "slime.root" in keys(errors)
 
 
@@ -146,7 +146,7 @@ def test_a_full_or_read_only_runs_root_is_refused_before_anything_is_written(tmp
 
 def test_start_ray_head_starts_nothing_before_a_missing_checkout_is_reported(tmp_path):
     res = run_py("experiment=qwen3-4B-grpo-dapo", "cluster=local_1xh100", "model.tensor_model_parallel_size=1",
-                 "model.rollout_num_gpus_per_engine=1", "cluster.start_ray_head=true", cwd=tmp_path, timeout=60)
+                 "model.rollout_num_gpus_per_engine=1", "cluster.ray_job.start_head=true", cwd=tmp_path, timeout=60)
     assert res.returncode == 2, res.stderr
     assert "error: slime.root:" in res.stderr and "nothing was launched" in res.stderr
     assert files_under(tmp_path) == []  # no run dir, so no logs/ray_head.log: no Ray head was started

@@ -50,7 +50,7 @@ def launch(tmp: Path, *overrides: str):
 
 
 def test_tiny_trainer_runs_through_the_jobs_api(tmp_path, ray_head):
-    res = launch(tmp_path, f"cluster.ray_address={ray_head}", "run_id=rj", "env.num_rollout=3", "args.save_interval=1")
+    res = launch(tmp_path, f"cluster.ray_job.address={ray_head}", "run_id=rj", "env.num_rollout=3", "args.save_interval=1")
     assert res.returncode == 0, res.stderr
     rd = tmp_path / "runs" / "rj"
     assert "rollout 3/3" in (rd / "logs" / "trainer.log").read_text()
@@ -63,7 +63,7 @@ def test_tiny_trainer_runs_through_the_jobs_api(tmp_path, ray_head):
 def test_ctrl_c_stops_the_job(tmp_path, ray_head):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, str(ROOT / "run.py"), f"paths.runs_root={tmp_path}/runs",
-            f"paths.data_root={tmp_path}/data", "cluster.launcher=ray_job", f"cluster.ray_address={ray_head}",
+            f"paths.data_root={tmp_path}/data", "cluster.launcher=ray_job", f"cluster.ray_job.address={ray_head}",
             "run_id=rc", "env.num_rollout=5000", "args.save_interval=1000"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -82,14 +82,14 @@ def test_ctrl_c_stops_the_job(tmp_path, ray_head):
 
 
 def test_no_ray_is_a_clear_error_and_nothing_runs(tmp_path):
-    res = launch(tmp_path, f"cluster.ray_address=http://127.0.0.1:{free_port()}", "env.num_rollout=2")
+    res = launch(tmp_path, f"cluster.ray_job.address=http://127.0.0.1:{free_port()}", "env.num_rollout=2")
     assert res.returncode == 2 and "no Ray cluster answers" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "runs").exists()
 
 
 def test_starts_and_stops_only_its_own_head(tmp_path, ray_head):
     port = free_port()
-    res = launch(tmp_path, f"cluster.ray_address=http://127.0.0.1:{port}", "cluster.start_ray_head=true",
+    res = launch(tmp_path, f"cluster.ray_job.address=http://127.0.0.1:{port}", "cluster.ray_job.start_head=true",
                  "run_id=own", "env.num_rollout=2", "args.save_interval=1")
     assert res.returncode == 0, res.stderr
     assert not ray_job.ray_answers(f"http://127.0.0.1:{port}")  # the head it started is gone
@@ -101,7 +101,7 @@ def test_sigkilled_launcher_never_leaves_two_jobs_writing_one_run(tmp_path, ray_
     submitted; at no moment do two jobs of the run run; secrets never reach Ray's logs."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_API_KEY": "sekret-ray-123"}
     argv = [sys.executable, str(ROOT / "run.py"), f"paths.runs_root={tmp_path}/runs",
-            f"paths.data_root={tmp_path}/data", "cluster.launcher=ray_job", f"cluster.ray_address={ray_head}",
+            f"paths.data_root={tmp_path}/data", "cluster.launcher=ray_job", f"cluster.ray_job.address={ray_head}",
             "run_id=rk", "env.num_rollout=60", "args.save_interval=1", "resume.grace_s=2", "resume.lease_ttl_s=12"]
     first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)

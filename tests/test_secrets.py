@@ -38,7 +38,7 @@ def test_no_secret_in_any_file_or_printed_line(tmp_path):
     refused = [
         [f"args.wandb_key={IN_CONFIG}"], [f"args.router_control_plane_api_keys=[{IN_CONFIG},x]"],
         [f"args.train_env_vars={{HF_TOKEN:{IN_CONFIG}}}"], [f"runtime_env.env_vars.MY_API_KEY={IN_CONFIG}"],
-        [f"cluster.extra={{lium_api_key:{IN_CONFIG}}}"], [f"args.wandb_kye={IN_CONFIG}"],
+        [f"cluster.lium.pod={{lium_api_key:{IN_CONFIG}}}"], [f"args.wandb_kye={IN_CONFIG}"],
         [f"args.wandb_key='{IN_CONFIG}"], ["-m", f"args.wandb_key={IN_CONFIG},y", "dry_run=true"],
         ["-m", f"args.train_env_vars={{HF_TOKEN:{IN_CONFIG}}}", "algo.lr=1e-3,2e-3"],
         ["--config-dir", str(tmp_path / "myconf"), "experiment=leaky"],

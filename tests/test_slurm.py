@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import files_under
-from trainstack.launch.slurm import DEFAULTS, executor_params, merge_dependency, render_sbatch, settings_for
+from trainstack.launch.slurm import SlurmSettings, executor_params, merge_dependency, render_sbatch
 from trainstack.schema import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,10 +159,10 @@ def events(run_dir: Path) -> list[dict]:
 # unit: sbatch parameters from cluster
 # ------------------------------------------------------------------------------------------
 def test_sbatch_parameters_from_cluster():
-    cluster = ClusterSpec(name="slurm_8xh100", launcher="slurm", num_nodes=2, gpus_per_node=8, cpus_per_node=96,
-                          mem_gb=1000, partition="gpu", account="rl", time_min=4320,
-                          extra={"sbatch": {"qos": "high", "exclusive": True, "dependency": "afterok:7"}})
-    params = executor_params(cluster, "qwen3-4B-grpo-0123abcd", settings_for(cluster))
+    cluster = ClusterSpec(name="slurm_8xh100", launcher="slurm", num_nodes=2, gpus_per_node=8)
+    settings = SlurmSettings(cpus_per_node=96, mem_gb=1000, partition="gpu", account="rl", time_min=4320,
+                             sbatch={"qos": "high", "exclusive": True, "dependency": "afterok:7"})
+    params = executor_params(cluster, "qwen3-4B-grpo-0123abcd", settings)
     text = render_sbatch(params)
     for line in ("--job-name=qwen3-4B-grpo-0123abcd", "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:8",
                  "--cpus-per-task=96", "--mem=1000GB", "--partition=gpu", "--account=rl", "--time=4320",
@@ -171,11 +171,9 @@ def test_sbatch_parameters_from_cluster():
 
 
 def test_sbatch_parameters_cpu_cluster_and_fallbacks():
-    cluster = ClusterSpec(name="local_cpu", backend="tiny", launcher="slurm", accelerator="cpu", gpus_per_node=1,
-                          extra={"constraint": "fast", "launcher": {"timeout_min": 7, "signal_delay_s": 30}})
-    settings = settings_for(cluster, {"cpus_per_task": 2})
-    assert settings["timeout_min"] == 7 and settings["cpus_per_task"] == 2
-    assert settings["max_requeues"] == DEFAULTS["max_requeues"]
+    cluster = ClusterSpec(name="local_cpu", backend="tiny", launcher="slurm", accelerator="cpu", gpus_per_node=1)
+    settings = SlurmSettings(time_min=7, signal_delay_s=30, cpus_per_node=2, constraint="fast")
+    assert settings.max_requeues == 10
     text = render_sbatch(executor_params(cluster, "tiny-1", settings))
     assert "--gres" not in text and "--mem=" not in text and "--partition" not in text
     for line in ("--job-name=tiny-1", "--cpus-per-task=2", "--time=7", "--signal=USR2@30", "--constraint=fast",
@@ -183,6 +181,20 @@ def test_sbatch_parameters_cpu_cluster_and_fallbacks():
         assert f"#SBATCH {line}\n" in text, (line, text)
     assert merge_dependency("singleton", True) == "singleton"
     assert merge_dependency(None, False) is None
+
+
+def test_cluster_slurm_settings_are_typed_and_shown_by_cfg_job(tmp_path):
+    """`cluster.slurm.<key>`: checked at compose time (key + fix, exit 2, no traceback), visible in --cfg job;
+    the old top-level keys name where they moved."""
+    bad = run_py("cluster=slurm_8xh100", "cluster.slurm.partitin=gpu", "cluster.slurm.time_min=soon", "dry_run=true",
+                 cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert "cluster.slurm.partitin: unknown key" in bad.stderr and "did you mean 'cluster.slurm.partition'" in bad.stderr
+    assert "cluster.slurm.time_min: expected int" in bad.stderr
+    moved = run_py("cluster=slurm_8xh100", "cluster.partition=gpu", "dry_run=true", cwd=tmp_path)
+    assert moved.returncode == 2 and "use cluster.slurm.partition" in moved.stderr, moved.stderr
+    shown = run_py("cluster=slurm_8xh100", "cluster.slurm.partition=gpu", "--cfg", "job", cwd=tmp_path)
+    assert shown.returncode == 0 and "  slurm:\n" in shown.stdout and "partition: gpu" in shown.stdout, shown.stdout
 
 
 def test_requeue_cap(monkeypatch, tmp_path):
@@ -350,6 +362,19 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     assert table.returncode == 0 and all(r_["run_id"] in table.stdout for r_ in runs) and "COMPLETED" in table.stdout
     by_id = trainstack("status", runs[1]["run_id"], cwd=tmp_path)
     assert by_id.returncode == 0 and runs[1]["run_id"] in by_id.stdout
+
+
+@pytest.mark.slow
+@slurm
+def test_sbatch_refusal_is_a_scheduler_failure_not_bad_input(tmp_path, cluster_up):
+    """The config composes and validates; SLURM refuses the job (no such partition): exit 6 with sbatch's
+    reason, never 2 ("a problem in the run config"), no traceback."""
+    from trainstack.errors import SchedulerFailure
+
+    r = run_py("cluster.launcher=slurm", "cluster.slurm.partition=no-such-partition", "env.num_rollout=2", cwd=tmp_path)
+    assert r.returncode == SchedulerFailure.exit_code == 6, r.stderr
+    assert "the scheduler failed: sbatch refused" in r.stderr and "no-such-partition" in r.stderr.lower()
+    assert "problem in the run config" not in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.slow
@@ -539,15 +564,15 @@ def test_requeued_job_executes_the_stored_spec(tmp_path, cluster_up):
 
 
 def test_slurm_launcher_fields_reach_sbatch_or_are_refused(tmp_path):
-    """Every field of hydra/launcher=slurm is a trainstack setting, a cluster fallback, passed to sbatch, or refused."""
+    """hydra.launcher.<key> of hydra/launcher=slurm is a SlurmSettings field (one declaration of its default),
+    an alias with hydra-submitit-launcher's spelling, or refused naming the key that decides it."""
     import dataclasses
 
-    from hydra_plugins.trainstack_slurm.config import FROM_CLUSTER, SBATCH_PASSTHROUGH, TrainstackSlurmQueueConf
-    from hydra_plugins.trainstack_slurm.launcher import SETTING_KEYS
+    from trainstack.launch.slurm import SBATCH_PASSTHROUGH, SlurmLauncher
 
-    handled = {"_target_", "submitit_folder", "partition", "account", "additional_parameters"}
-    fields = {f.name for f in dataclasses.fields(TrainstackSlurmQueueConf)}
-    assert fields == handled | set(SETTING_KEYS) | set(SBATCH_PASSTHROUGH) | set(FROM_CLUSTER), fields
+    fields = {f.name for f in dataclasses.fields(SlurmSettings)}
+    assert set(SBATCH_PASSTHROUGH) <= fields and set(SlurmLauncher.hydra_aliases.values()) <= fields
+    FROM_CLUSTER = SlurmLauncher.hydra_refused
     values = {"qos": "high", "comment": "c1", "constraint": "h100", "exclude": "node7", "gres": "gpu:8",
               "cpus_per_gpu": 4, "gpus_per_task": 8, "mem_per_gpu": "80G", "mem_per_cpu": "4G",
               "srun_args": ["--cpu-bind=none"], "stderr_to_stdout": True}
@@ -578,7 +603,7 @@ def test_no_plugin_warning_without_the_slurm_extra(tmp_path):
             f"runpy.run_path({str(ROOT / 'run.py')!r}, run_name='__main__')\n")
     r = subprocess.run([PY, "-c", code], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "trainstack_slurm" not in r.stderr and "Error importing" not in r.stderr, r.stderr
+    assert "trainstack_launchers" not in r.stderr and "Error importing" not in r.stderr, r.stderr
 
 
 def test_docs_commands_are_tested():

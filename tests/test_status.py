@@ -21,6 +21,7 @@ def make_run(root: Path, run_id: str, overrides: list[str], state: str, ckpt: in
     d.mkdir(parents=True)
     (d / "args.json").write_text(json.dumps({"num_rollout": target, "lr": 0.001}))
     status = {"run_id": run_id, "state": state, "last_checkpoint": ckpt, "num_rollout": target,
+              **({"launcher": "slurm"} if job_id else {}),
               "last_metrics": {"rollout/raw_reward": rewards[-1]} if rewards else {}, **(status_says or {})}
     (d / "status.json").write_text(json.dumps(status))
     if rewards:
@@ -153,7 +154,7 @@ def test_status_table_fits_the_terminal(sweep, capsys, monkeypatch, columns):
 
 def test_cancel_dry_uses_job_ids_then_names(tmp_path, capsys, monkeypatch):
     make_run(tmp_path, "r-j", ["algo.lr=1"], "running", 1, [0.1], job_id="4242")
-    make_run(tmp_path, "r-n", ["algo.lr=2"], "running", 1, [0.1])
+    make_run(tmp_path, "r-n", ["algo.lr=2"], "running", 1, [0.1], status_says={"launcher": "slurm"})
     monkeypatch.chdir(tmp_path)
     assert run_cancel(["r-j", "r-n"], dry=True) == 0
     err = capsys.readouterr().err

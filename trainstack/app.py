@@ -79,29 +79,31 @@ def run_app(cfg: Any) -> Any:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         return
     from trainstack.display import print_summary
+    from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch import registry
     from trainstack.lifecycle import EXIT_BUSY
     from trainstack.runspec import RunSpec
+    from trainstack.sweep_points import plugin_problem
 
     spec = RunSpec.from_run(run, cmd)
     try:
-        if sweep:
-            problem = registry.sweep_launcher_problem(spec.launcher, str(hc.launcher.get("_target_", "")))
-            if problem:
-                raise ConfigErrors([problem])
+        problem = plugin_problem(spec.launcher) if sweep else None
+        if problem:
+            raise ConfigErrors([problem])
         launcher = registry.get(spec.launcher)
     except ConfigErrors as err:
         report_and_exit(err)
-    if sweep and launcher.waits:  # a queueing launcher's own Hydra plugin writes the manifest
-        from trainstack.rundir import manifest
+    if sweep:  # every launcher's sweep has its manifest (`trainstack status SWEEP_DIR`)
+        from trainstack.rundir.manifest import SweepRun
 
-        manifest.record(hc.sweep.dir, [manifest.SweepRun(run_id=run.run_id, run_dir=spec.run_dir,
-                                                         overrides=list(spec.overrides), job_num=hc.job.num)],
-                        scheduler="local")
+        launcher.record_sweep(hc.sweep.dir, [SweepRun(run_id=run.run_id, run_dir=spec.run_dir,
+                                                      overrides=list(spec.overrides), job_num=hc.job.num)])
     try:
         code = launcher.submit(spec)
     except ConfigErrors as err:
         report_and_exit(err)
+    except RuntimeFailure as ex:
+        report_failure_and_exit(ex)
 
     if sweep:  # the local sweep launcher prints one summary and sets the exit code
         from trainstack.sweep_points import PointResult

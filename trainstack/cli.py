@@ -143,35 +143,30 @@ def add_status_cancel(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (scancel for SLURM, the commander for Lium)")
+    p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (each run's launcher: scancel for SLURM, "
+                       "the commander for Lium, the launching process here)")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
     p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
-    p.add_argument("--dry", action="store_true", help="print the scancel commands only")
+    p.add_argument("--dry", action="store_true", help="print what would be done (scancel commands, ...) only")
     p.set_defaults(func=cmd_cancel)
 def cmd_logs(ns: argparse.Namespace) -> int:
-    from trainstack.launch.lium_status import is_lium, logs
+    """The run's launcher prints its log (here: logs/trainer.log; Lium: from the pod)."""
+    from trainstack.errors import RuntimeFailure, report_failure_and_exit
+    from trainstack.launch.registry import get
     from trainstack.rundir.targets import bad_target, find_run
-
-    run_dir = find_run(ns.run, ns.runs_root)
-    if run_dir is None:
-        report_and_exit(ConfigErrors([bad_target(ns.run, ns.runs_root)]))
-    from trainstack.rundir import RunDir
-    from trainstack.rundir.targets import _run_id_of
-
-    run_id = _run_id_of(run_dir)
-    if is_lium(run_dir):
-        return logs(run_dir, run_id, ns.follow, which="worker" if ns.worker else "trainer")
-    path = RunDir(run_dir).trainer_log
-    if not path.exists():
-        print(f"trainstack logs: {path} does not exist yet", file=sys.stderr)
-        return 1
-    argv = ["tail", "-n", "+1"] + (["-F"] if ns.follow else []) + [str(path)]
-    import subprocess
+    from trainstack.status import collect
 
     try:
-        return subprocess.call(argv)
-    except KeyboardInterrupt:
-        return 0
+        if find_run(ns.run, ns.runs_root) is None:
+            raise ConfigErrors([bad_target(ns.run, ns.runs_root)])
+        row = collect([ns.run], ns.runs_root)[0]
+        launcher = get(row.launcher)
+    except ConfigErrors as err:
+        report_and_exit(err, command="logs")
+    try:
+        return launcher.logs(row, follow=ns.follow, which="worker" if ns.worker else "trainer")
+    except RuntimeFailure as ex:
+        report_failure_and_exit(ex)
 
 
 def add_logs(sub) -> None:
@@ -187,6 +182,7 @@ def add_logs(sub) -> None:
 def cmd_exec(ns: argparse.Namespace) -> int:
     """Execute a stored run here, as it was submitted (no recomposition)."""
     from trainstack import runspec
+    from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch import registry
     from trainstack.rundir.targets import bad_target, find_run
 
@@ -201,6 +197,8 @@ def cmd_exec(ns: argparse.Namespace) -> int:
         code = registry.get(spec.launcher).execute(spec)
     except ConfigErrors as err:
         report_and_exit(err)
+    except RuntimeFailure as ex:
+        report_failure_and_exit(ex)
     from trainstack.display import print_summary
     from trainstack.lifecycle import EXIT_BUSY
 

@@ -125,6 +125,9 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
         lines.append(_rule(f"launch (the trainer runs on {where})", st, width))
         if report.plan:
             lines += fold(f"run dir  {run.run_dir}: {report.plan}", width, "  ", "    ")
+        if run.cluster.settings:  # the launcher's settings, defaults included (cluster.<launcher>)
+            lines += fold(f"cluster.{run.cluster.launcher}  " + " ".join(
+                f"{k}={v}" for k, v in run.cluster.settings.items() if v not in (None, {}, [])), width, "  ", "    ")
         for n in [*report.notes, *env_notes]:
             lines += _styled_head(fold(f"note: {n}", width, "  ", "    "), "  note:", st, "33")
         if report.deferred:

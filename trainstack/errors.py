@@ -61,3 +61,60 @@ def fail(key: str, problem: str, fix: str = "", **kw: Any) -> NoReturn:
 def report_and_exit(err: ConfigErrors, stream=None, command: str | None = None) -> NoReturn:
     print(err.render(command), file=stream or sys.stderr)
     sys.exit(EXIT_BAD_INPUT)
+
+
+# ------------------------------------------------------------------------------------------
+# Failures at run time: the input was fine, something outside it failed. Never exit 2.
+# ------------------------------------------------------------------------------------------
+EXIT_LAUNCHER = 5  # a launcher's backend failed (scheduler refused, Ray job would not stop, commander refusal)
+
+
+class RuntimeFailure(Exception):
+    """Something outside the run config failed while launching or following a run.
+
+    Each subclass has its own exit code (documented in docs/resume.md), so a script can tell a
+    bad config (2) from a backend that failed; `report_failure_and_exit` prints one screen."""
+
+    exit_code: int = EXIT_LAUNCHER
+    what: str = "launcher"
+
+    def __init__(self, problem: str, fix: str = ""):
+        self.problem, self.fix = problem, fix
+        super().__init__(problem)
+
+    def render(self) -> str:
+        from trainstack.secrets import redact_text
+
+        text = f"trainstack: {self.what} failed: {redact_text(self.problem)}"
+        return text + (f"\n  fix   : {redact_text(self.fix)}" if self.fix else "")
+
+
+class SchedulerFailure(RuntimeFailure):
+    """The batch scheduler (sbatch, squeue) refused or failed."""
+
+    exit_code = 6
+    what = "the scheduler"
+
+
+class RayFailure(RuntimeFailure):
+    """The Ray cluster or a Ray job did not do what was asked (a job that will not stop)."""
+
+    exit_code = 7
+    what = "Ray"
+
+
+class CommanderFailure(RuntimeFailure):
+    """The Lium commander refused a request or did not answer."""
+
+    exit_code = 8
+    what = "the Lium commander"
+
+
+EXIT_CODES = {2: "bad input: nothing was launched or written", 3: "busy: another launch holds the run",
+              EXIT_LAUNCHER: "a launcher failed at run time", SchedulerFailure.exit_code: "the scheduler failed",
+              RayFailure.exit_code: "Ray failed", CommanderFailure.exit_code: "the Lium commander failed"}
+
+
+def report_failure_and_exit(err: RuntimeFailure, stream=None) -> NoReturn:
+    print(err.render(), file=stream or sys.stderr)
+    sys.exit(err.exit_code)

@@ -13,7 +13,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlparse
 
 from trainstack.argtable import load_table
 from trainstack.errors import ConfigError
@@ -30,7 +29,6 @@ INPUT_DIRS = ("hf_checkpoint", "ref_load", "opd_teacher_load")
 INPUT_ANY = ("tokenizer_model",)
 # slime dests that name a Python object (`pkg.module.attr`) slime imports; files are not plugins.
 NOT_PLUGINS = frozenset({"custom_config_path", "megatron_config_path"})
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
 
 # Bytes one checkpoint takes per parameter: weights (bf16 for slime, fp32 for the tiny model)
 # plus, unless --no-save-optim, fp32 master weights and Adam's two moments.
@@ -46,7 +44,7 @@ class HostFacts:
     run_dir: str
     backend: str
     launcher: str
-    ray_address: str | None
+    launcher_settings: dict[str, Any]  # cluster.<launcher> (the launcher decides whether the trainer runs here)
     args: dict[str, Any]
     command: SlimeCommand
     params: int | None  # model parameters (model meta), for the checkpoint size
@@ -67,7 +65,7 @@ class HostFacts:
     @classmethod
     def from_run(cls, run: ResolvedRun, cmd: SlimeCommand) -> "HostFacts":
         return cls(run_id=run.run_id, run_dir=run.run_dir, backend=run.cluster.backend,
-                   launcher=run.cluster.launcher, ray_address=run.cluster.ray_address, args=run.args, command=cmd,
+                   launcher=run.cluster.launcher, launcher_settings=run.cluster.settings, args=run.args, command=cmd,
                    params=_int_or_none((run.meta.get("model") or {}).get("params")), key_of=run.key,
                    source_of=run.source)
 
@@ -75,18 +73,16 @@ class HostFacts:
     def from_spec(cls, spec: Any) -> "HostFacts":
         model = (spec.config.get("model") or {}) if isinstance(spec.config, dict) else {}
         return cls(run_id=spec.run_id, run_dir=spec.run_dir, backend=spec.cluster.backend,
-                   launcher=spec.cluster.launcher, ray_address=spec.cluster.ray_address, args=dict(spec.args),
+                   launcher=spec.cluster.launcher, launcher_settings=spec.cluster.settings, args=dict(spec.args),
                    command=spec.slime_command(), params=_int_or_none((model.get("meta") or {}).get("params")),
                    source_of=lambda dest: spec.arg_sources.get(dest, ""))
 
     @property
     def runs_here(self) -> bool:
         """Does the trainer run on this machine (so its inputs must be here)?"""
-        if self.launcher == "local":
-            return True
-        if self.launcher == "ray_job":
-            return (urlparse(self.ray_address or "http://127.0.0.1:8265").hostname or "") in LOOPBACK
-        return False
+        from trainstack.launch.registry import launcher_class
+
+        return launcher_class(self.launcher).runs_here(self.launcher_settings or {})
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -22,7 +22,7 @@ from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
 from trainstack.secrets import env_fix, is_secret_name, redact_override
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
-_FREE_MAPS = {"runtime_env.env_vars", "cluster.extra"}  # user-named keys
+_FREE_MAPS = {"runtime_env.env_vars"}  # user-named keys
 
 
 @lru_cache(maxsize=None)
@@ -46,6 +46,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         return token, None  # let Hydra's own parser explain
     prefix, key, value = m.group("prefix") or "", m.group("key"), m.group("value")
     head, _, rest = key.partition(".")
+    if key.startswith("hydra.launcher.") and prefix == "" and value is not None:
+        return f"++{key}={value}", None  # the launcher's settings (checked by the sweep plugin, not Hydra's schema)
     if key.startswith("hydra") or "@" in key or "/" in key:
         return token, None
     if key == "resume" and value is not None and prefix == "":  # shorthand: resume=never
@@ -93,12 +95,17 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         return token, None
     if head in ROOT_SECTIONS and rest:
         field_name, _, sub = rest.partition(".")
-        names = [f.name for f in dataclasses.fields(ROOT_SECTIONS[head])]
+        section = ROOT_SECTIONS[head]
+        blocks = tuple(section.extra_keys()) if hasattr(section, "extra_keys") else ()  # cluster.<launcher>
+        names = [f.name for f in dataclasses.fields(section)] + list(blocks)
         if field_name not in names:
             close = difflib.get_close_matches(field_name, names, n=3, cutoff=0.6)
-            fix = at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
-            return token, ConfigError(key, f"unknown {head} setting", fix, source=f"command line `{key}=...`")
-        if prefix in ("", "+") and value is not None and (not sub or f"{head}.{field_name}" in _FREE_MAPS):
+            moved = section.moved_key(rest) if hasattr(section, "moved_key") else None
+            fix = f"use {moved}" if moved else at.did_you_mean(close, f"{head}.") or f"{head} has: {', '.join(names)}"
+            problem = "moved to the settings of the launcher that uses it" if moved else f"unknown {head} setting"
+            return token, ConfigError(key, problem, fix, source=f"command line `{key}=...`")
+        if prefix in ("", "+") and value is not None and (not sub or f"{head}.{field_name}" in _FREE_MAPS
+                                                           or field_name in blocks):
             return f"++{key}={value}", None  # a schema field a preset file may not spell out
     return token, None
 

@@ -20,7 +20,7 @@ from trainstack.errors import ConfigError
 from trainstack.launch.registry import names as _launcher_names
 from trainstack.secrets import is_secret_name
 
-LAUNCHER_NAMES = _launcher_names()  # registered launchers (trainstack/launch/registry.py)
+LAUNCHER_NAMES = _launcher_names()  # the `trainstack.launchers` entry points (trainstack/launch/registry.py)
 
 GROUPS = ("model", "algo", "env", "cluster", "experiment")
 DEST_NAMESPACES = ("model", "algo", "env", "args")  # flat maps of slime dests (+ `meta`)
@@ -28,7 +28,9 @@ DEST_NAMESPACES = ("model", "algo", "env", "args")  # flat maps of slime dests (
 
 @dataclass
 class ClusterSpec:
-    """Where a run executes: how many nodes/GPUs exist and how they are shared."""
+    """Where a run executes: how many nodes/GPUs exist and how they are shared. What only one
+    launcher needs (a SLURM partition, a Ray address, a Lium pod) is that launcher's own typed
+    settings, written under `cluster.<launcher>:` (trainstack/launch/base.py `Launcher.Settings`)."""
 
     name: str
     backend: str = "slime"  # slime: slime/train.py; tiny: trainstack's CPU trainer
@@ -40,24 +42,79 @@ class ClusterSpec:
     colocate: bool = True  # training and rollout share the GPUs (offload between phases)
     rollout_num_gpus: Optional[int] = None  # GPUs for SGLang engines when not colocated
     has_nvlink: Optional[bool] = None
-    cpus_per_node: Optional[int] = None
-    mem_gb: Optional[int] = None
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    time_min: Optional[int] = None
-    ray_address: Optional[str] = None  # ray_job launcher: Jobs API address (default http://127.0.0.1:8265)
-    start_ray_head: bool = False  # ray_job launcher: start a loopback head if none answers (stopped after)
-    extra: dict = field(default_factory=dict)  # launcher-specific extras (sbatch options, pod template)
+    # cluster.<launcher>: the selected launcher's settings, checked against its Settings (all fields, defaults filled)
+    settings: dict = field(default_factory=dict)
 
     CHOICES = {
         "backend": tuple(BACKENDS),
         "launcher": LAUNCHER_NAMES,
         "accelerator": ("cpu", "gpu"),
     }
+    # keys that were cluster fields before launchers owned their settings: where they live now
+    MOVED = {"partition": "cluster.slurm.partition", "account": "cluster.slurm.account",
+             "time_min": "cluster.slurm.time_min", "mem_gb": "cluster.slurm.mem_gb",
+             "cpus_per_node": "cluster.slurm.cpus_per_node", "ray_address": "cluster.ray_job.address",
+             "start_ray_head": "cluster.ray_job.start_head",
+             "extra": "the launcher's settings: cluster.slurm.sbatch (sbatch options), cluster.lium.pod (the pod), "
+                      "cluster.<launcher>.<key> (what was cluster.extra.launcher.<key>)"}
 
     @property
     def total_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
+
+    @classmethod
+    def moved_key(cls, rest: str) -> str | None:
+        """Where an old cluster key (`rest`: the part after `cluster.`) lives now; None if it never moved."""
+        head, _, sub = rest.partition(".")
+        if head != "extra" or not sub:
+            return cls.MOVED.get(head)
+        kind, _, leaf = sub.partition(".")
+        new = {"launcher": "cluster.<launcher>", "lium": "cluster.lium.pod", "sbatch": "cluster.slurm.sbatch"}.get(kind)
+        return (f"{new}.{leaf}" if leaf else new) if new else f"cluster.slurm.sbatch.{sub}"
+
+    @classmethod
+    def extra_keys(cls) -> tuple[str, ...]:
+        """Keys of a cluster node that are not fields: one settings block per launcher."""
+        return LAUNCHER_NAMES
+
+    @classmethod
+    def from_node(cls, node: dict, prefix: str, source_of: typing.Callable[[str], str]):
+        """The core fields, then the selected launcher's settings block (`cluster.<launcher>`, or the
+        stored `settings` of a spec) checked against that launcher's Settings; moved keys refused
+        with where they live now; blocks of other launchers are left alone (a preset may carry several)."""
+        node = dict(node)
+        errors = [ConfigError(f"{prefix}{k}", "moved to the settings of the launcher that uses it",
+                              f"use {cls.MOVED[k]}", value=node.get(k) if k != "extra" else None,
+                              source=source_of(f"{prefix}{k}")) for k in list(node) if k in cls.MOVED]
+        for k in list(node):
+            if k in cls.MOVED:
+                node.pop(k)
+        blocks = {k: node.pop(k) for k in list(node) if k in LAUNCHER_NAMES}
+        stored = node.pop("settings", None)
+        core, errs = _fields_to_typed(cls, node, prefix, source_of)
+        errors += errs
+        if core is None:
+            return None, errors
+        block = stored if stored is not None else blocks.get(core.launcher)
+        key = f"{prefix}{core.launcher}"
+        if block is None:
+            block = {}
+        if not isinstance(block, dict):
+            errors.append(ConfigError(key, "must be a mapping of the launcher's settings", f"check {source_of(key)}",
+                                      value=block, source=source_of(key)))
+            return None, errors
+        from trainstack.errors import ConfigErrors
+        from trainstack.launch.registry import launcher_class
+
+        try:
+            settings_cls = launcher_class(core.launcher).Settings
+        except ConfigErrors as err:
+            return None, errors + err.errors
+        obj, errs = to_typed(settings_cls, block, f"{key}.", source_of)
+        if errs or errors:
+            return None, errors + errs
+        core.settings = dataclasses.asdict(obj)
+        return core, []
 
 
 @dataclass
@@ -217,7 +274,14 @@ def unknown_key_error(key: str, known: typing.Iterable[str], prefix: str, source
 
 
 def to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str], str]):
-    """Build dataclass ``cls`` from a plain dict; returns (instance or None, errors)."""
+    """Build dataclass ``cls`` from a plain dict; returns (instance or None, errors). A class with a
+    ``from_node`` classmethod (ClusterSpec: the launcher's settings) builds itself."""
+    if hasattr(cls, "from_node"):
+        return cls.from_node(node, prefix, source_of)
+    return _fields_to_typed(cls, node, prefix, source_of)
+
+
+def _fields_to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str], str]):
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     choices = getattr(cls, "CHOICES", {})

@@ -1,19 +1,18 @@
 """`trainstack status` and `trainstack cancel`: where a sweep's (or some runs') jobs stand.
 
 Targets: a sweep directory (its `sweep.json` manifest), run directories, or run ids (looked up
-under --runs-root). Per run: run_id, the overrides that vary across the rows, the scheduler's
-state (squeue, then sacct when accounting is on, then `scontrol show job`; without SLURM the
-run's status.json), the run's own state, last checkpoint, last reward and where the logs are.
+under --runs-root). Per run: run_id, the overrides that vary across the rows, the run's own state,
+last checkpoint, last reward and where the logs are from the run dir; then each run's launcher
+(its spec's `launcher`) fills what only it knows (SLURM: the scheduler's state; Lium: the pod) and
+answers `cancel` and `logs`. Nothing here names a backend.
 """
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from trainstack.errors import ConfigErrors
 from trainstack.rundir import RunDir, layout
@@ -41,6 +40,7 @@ class Row:
     hub_pushed: int | None = None  # the iteration the Hub's pointer names (hub.repo_id runs)
     hub_commit: str | None = None  # the commit that pointer was pushed in (Lium runs: as the commander knows it)
     hub_pending: int | None = None  # selected, not pushed yet (the Hub is failing or slow)
+    launcher: str = "local"  # what the run was submitted with (its spec): it fills the rest and cancels the run
     # Lium runs (from the commander): the pod, the lease epoch, the cost so far
     pod: str | None = None
     epoch: int | None = None
@@ -54,7 +54,10 @@ def _run_row(ref: RunRef) -> Row:
     rd = RunDir(ref.run_dir)
     slurm = rd.read(layout.SLURM, {}) or {}
     overrides = ref.overrides if ref.overrides is not None else (rd.read(layout.OVERRIDES) or [])
+    from trainstack.launch.base import launcher_of_run
+
     return Row(run_id=ref.run_id or slurm.get("run_id") or ref.run_dir.name, run_dir=str(ref.run_dir),
+               launcher=launcher_of_run(ref.run_dir),
                overrides=[str(o).lstrip("+") for o in overrides],
                job_id=str(ref.job_id or slurm.get("job_id") or "") or None,
                job_name=slurm.get("job_name"), logs=dict(ref.logs or slurm.get("logs") or {}))
@@ -79,55 +82,20 @@ def default_targets(runs_root: str) -> list[str]:
     return [str(Path(runs_root) / rid) for rid in run_ids(runs_root)]
 
 
-# ------------------------------------------------------------------------------------------
-# scheduler state
-# ------------------------------------------------------------------------------------------
-def _run(argv: list[str], timeout: float = 20) -> subprocess.CompletedProcess | None:
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def scheduler_states(job_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-    """job id -> (state, reason) from squeue, then sacct, then `scontrol show job`."""
-    wanted = {j for j in job_ids if j}
-    out: dict[str, tuple[str, str]] = {}
-    if not wanted:
-        return out
-    q = _run(["squeue", "-h", "-r", "-o", "%i|%T|%r"])
-    if q is not None and q.returncode == 0:
-        for line in q.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) == 3 and parts[0] in wanted:
-                out[parts[0]] = (parts[1], parts[2] if parts[2] not in ("None", "(null)") else "")
-    rest = sorted(wanted - set(out))
-    if rest:
-        s = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(rest)])
-        if s is not None and s.returncode == 0:
-            for line in s.stdout.splitlines():
-                jid, _, state = line.partition("|")
-                if jid in rest and state:
-                    out[jid] = (state.split()[0], "")
-    for jid in sorted(wanted - set(out)):
-        s = _run(["scontrol", "show", "job", "-o", jid])
-        if s is None or s.returncode != 0:
-            continue
-        fields = dict(tok.split("=", 1) for tok in s.stdout.split() if "=" in tok)
-        if "JobState" in fields:
-            reason = fields.get("Reason", "")
-            out[jid] = (fields["JobState"], "" if reason == "None" else reason)
+def by_launcher(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """Rows grouped by the launcher each run was submitted with (order kept)."""
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        out.setdefault(r.launcher, []).append(r)
     return out
 
 
 def fill(rows: list[Row]) -> list[Row]:
     """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
     overrides that vary."""
+    from trainstack.launch.registry import get
     from trainstack.rundir.progress import progress
 
-    states = scheduler_states(r.job_id for r in rows if r.job_id)
     for r in rows:
         rd = RunDir(r.run_dir)
         st = rd.status()
@@ -140,12 +108,13 @@ def fill(rows: list[Row]) -> list[Row]:
         r.resumed_from = [int(e["from_rollout"]) for e in events
                           if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
         r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)
-        if r.job_id and r.job_id in states:
-            r.scheduler, r.reason = states[r.job_id]
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
-    from trainstack.launch.lium_status import fill_lium
-
-    fill_lium(rows)
+    for name, group in by_launcher(rows).items():
+        try:
+            get(name).status(group)
+        except ConfigErrors:  # a launcher not installed here: the run dir's facts are all status can show
+            for r in group:
+                r.scheduler, r.reason = "?", f"launcher '{name}' is not installed here"
     by_key: dict[str, set] = {}
     for r in rows:
         for o in r.overrides:
@@ -226,34 +195,19 @@ def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = 
 
 
 def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = False) -> int:
-    """scancel by the job ids recorded in the manifest / run dirs; by job name (= run_id) otherwise."""
-    from trainstack.errors import report_and_exit
+    """Each run's launcher stops it (SLURM: scancel; Lium: the commander; here: the launching process)."""
+    from trainstack.errors import RuntimeFailure, report_and_exit, report_failure_and_exit
+    from trainstack.launch.registry import get
 
     try:
         rows = collect(targets, runs_root)
+        launchers = {name: get(name) for name in by_launcher(rows)}
     except ConfigErrors as ex:
         report_and_exit(ex, command="cancel")
-    from trainstack.launch.lium_status import cancel_lium, is_lium
-
-    lium_rows = [r for r in rows if is_lium(r.run_dir)]
-    code = cancel_lium(lium_rows, dry) if lium_rows else 0
-    rows = [r for r in rows if not is_lium(r.run_dir)]
-    if lium_rows and not rows:
-        return code
-    ids = sorted({r.job_id for r in rows if r.job_id})
-    names = sorted({r.run_id for r in rows if not r.job_id})
-    argvs = ([["scancel", *ids]] if ids else []) + [["scancel", f"--name={n}"] for n in names]
-    if shutil.which("scancel") is None and not dry:
-        print("trainstack cancel: scancel not found (not a SLURM host)", file=sys.stderr)
-        return 2
-    if not argvs:
-        print("trainstack cancel: no SLURM job recorded for " + " ".join(targets), file=sys.stderr)
-        return 1
-    for argv in argvs:
-        print(" ".join(argv), file=sys.stderr)
-        if not dry:
-            res = subprocess.run(argv, capture_output=True, text=True)
-            if res.returncode != 0:
-                print(res.stderr.strip(), file=sys.stderr)
-                code = 1
+    code = 0
+    for name, group in by_launcher(rows).items():
+        try:
+            code = launchers[name].cancel(group, dry) or code
+        except RuntimeFailure as ex:
+            report_failure_and_exit(ex)
     return code

@@ -22,9 +22,26 @@ class PointResult:
     overrides: list[str]
 
 
+def plugin_problem(launcher_name: str) -> ConfigError | None:
+    """A sweep of runs whose launcher submits through the shared sweep plugin (`hydra/launcher=<name>`:
+    every point checked, then all submitted at once, one manifest) under the in-process launcher."""
+    from trainstack.launch.registry import launcher_class
+
+    try:
+        cls = launcher_class(launcher_name)
+    except ConfigErrors:
+        return None  # an unknown launcher: the point's own check names it
+    if not cls.sweeps_through_plugin:
+        return None
+    return ConfigError("cluster.launcher", f"a sweep of '{launcher_name}' runs must be submitted by the "
+                       f"'{launcher_name}' Hydra launcher, not the in-process one (which would submit each point on "
+                       "its own, without checking every point first)",
+                       f"add hydra/launcher={launcher_name} to the command line", value=launcher_name)
+
+
 def check_points(configs: Sequence[Any]) -> list[ConfigError]:
-    """Build and preflight every point; refuse points that share a run_id. Errors name the point."""
-    from trainstack.launch.registry import sweep_launcher_problem
+    """Build and preflight every point; refuse points that share a run_id. Errors name the point.
+    A point on a launcher that needs its own sweep plugin stops the check at once: one message."""
     from trainstack.pipeline import build
     from trainstack.preflight import preflight
     from trainstack.resolve import Origin
@@ -35,9 +52,9 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
         origin = Origin.from_hydra(cfg.hydra)
         try:
             run, cmd = build(cfg, origin)
-            problem = sweep_launcher_problem(run.cluster.launcher, str(cfg.hydra.launcher.get("_target_", "")))
+            problem = plugin_problem(run.cluster.launcher)
             if problem:
-                raise ConfigErrors([problem])
+                return [problem]
             preflight(run, cmd, launching=False)
         except ConfigErrors as err:
             errors += point_errors(num, list(origin.overrides), err.errors)

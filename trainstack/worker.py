@@ -107,7 +107,8 @@ def progress(run_dir: Path) -> dict[str, Any]:
     hub = hub if isinstance(hub, dict) else {}
     return ReportedProgress(state=st.get("state"), last_checkpoint=done.last_checkpoint, rollouts=done.rollouts,
                             num_rollout=done.target or st.get("num_rollout"), reward=done.reward,
-                            hub_commit=hub.get("commit") or None, hub_pushed=hub.get("last_pushed")).to_json()
+                            hub_commit=hub.get("commit") or None, hub_pushed=hub.get("last_pushed"),
+                            metrics=st["last_metrics"] if isinstance(st.get("last_metrics"), dict) else None).to_json()
 
 
 def log_tail(run_dir: Path, n: int = 32 * 1024) -> str:

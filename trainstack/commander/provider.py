@@ -1,6 +1,6 @@
 """Pods through the Lium Python SDK (`lium.io`; never the CLI's output): what the reconciler needs.
 
-`PodRequest` is what a run asks for (from `cluster.extra.lium` of its preset); `LiumProvider`
+`PodRequest` is what a run asks for (from `cluster.lium.pod` of its preset); `LiumProvider`
 picks a node, rents with an idempotency key, waits until the pod is ready, puts files, starts
 the worker detached (secrets only through the exec environment, which the SDK sends over the
 SSH session's stdin: never argv, never a file), reads logs and removes pods.
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Keys of `cluster.extra.lium` (the launcher refuses any other).
+# Keys of `cluster.lium.pod` (refused at compose time otherwise: trainstack/launch/lium.py LiumSettings).
 @dataclass
 class PodRequest:
     """The pod a run needs and where things live on it."""

@@ -1,45 +1,194 @@
-"""What a launcher is.
+"""What a launcher is: one class that owns everything about where its runs go.
 
 A launcher takes a stored run spec (resolved, validated and rendered on the submit host) and
-puts it where its cluster says. Two things every launcher answers:
+puts it where its cluster says; everything trainstack does with a run that depends on where it
+runs is a method here, so the core (status, cancel, logs, sweeps) never names a backend:
 
-- `submit(spec)`: start the run. A launcher that `waits` returns when the run has ended, with
-  its exit code (local, ray_job); one that does not returns once the run is queued (slurm).
+- `Settings`: the launcher's typed settings (a dataclass), written under `cluster.<name>:` and
+  checked at compose time like every other key (unknown key, wrong type, `problems()`); the
+  shared sweep plugin (`hydra/launcher=<name>`) takes the same fields as `hydra.launcher.<key>`.
+- `submit(spec)`: start the run. A launcher that `waits` returns when the run has ended, with its
+  exit code (local, ray_job); one that does not returns once the run is queued (slurm, lium).
 - `execute(spec)`: run the stored command here, under the lifecycle (lease, resume plan, events,
-  status, signals). `trainstack exec RUN` calls it; so does a queued job when it starts and on
-  every requeue. The default runs the trainer as a local process group.
+  status, signals). `trainstack exec RUN` calls it; so does a queued job when it starts.
+- `status(rows)`: fill what only the launcher knows into `trainstack status` rows (the
+  scheduler's state, a pod); `cancel(rows, dry)`: stop them; `logs(row, follow, which)`: print
+  the trainer's log, wherever it is.
+- `record_sweep(sweep_dir, runs)`: the sweep manifest (`sweep.json`), for every launcher.
+- `check(spec)`, `submit_sweep(specs, ...)`, `sweep_results(...)`: what the shared Hydra sweep
+  plugin asks (each point checked before the first is submitted; one call submits them all;
+  `wait=true` sweeps return each run's metric to the sweeper).
+- `submit_host_problems(dry)`: what this machine lacks to submit (no `sbatch`, a missing client
+  library); the preflight asks before anything is written, so a dry run refuses like the launch.
 
-`submit_host_problems(dry)` says what this machine lacks to submit (no `sbatch`, a missing
-client library): the preflight asks before anything is written, so a dry run refuses like the launch.
-
-A launcher may also say which Hydra launcher fans a sweep out to it (`sweep_launcher`), so
-`-m cluster.launcher=slurm` under a launcher that cannot submit to SLURM is refused with the fix.
-Register a new launcher in `trainstack/launch/registry.py`. Walkthrough: docs/launchers.md.
+Failures outside the config (a scheduler refusal, a commander that refuses) raise a
+`trainstack.errors.RuntimeFailure` subclass: their own exit code, never 2 (bad input).
+Launchers are entry points in the `trainstack.launchers` group (registry.py). Walkthrough:
+docs/launchers.md.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from trainstack.errors import ConfigError
-from trainstack.runspec import RunSpec
+
+if TYPE_CHECKING:
+    from trainstack.rundir.manifest import SweepRun
+    from trainstack.runspec import RunSpec
+    from trainstack.status import Row
+
+
+@dataclass
+class NoSettings:
+    """A launcher without settings of its own."""
+
+
+@dataclass
+class SweepSettings:
+    """What every launcher's settings may add for sweeps through `hydra/launcher=<name>`."""
+
+    wait: bool = False  # block until every run has ended and return its metric to the sweeper (Optuna needs it)
+    metric: str = "rollout/raw_reward"  # what a finished run returns to the sweeper (wait=true)
 
 
 class Launcher:
     name: ClassVar[str]
     waits: ClassVar[bool] = True  # submit() returns when the run has ended
-    sweep_launcher: ClassVar[str | None] = None  # the `hydra/launcher=` option that can submit sweeps to it
+    Settings: ClassVar[type] = NoSettings  # typed settings under cluster.<name> (and hydra.launcher.<key>)
+    # Sweeps of this launcher's runs go through the shared plugin (`hydra/launcher=<name>`): it
+    # checks every point before the first is submitted and submits them in one call.
+    sweeps_through_plugin: ClassVar[bool] = False
+    # hydra.launcher keys accepted as other names of settings (hydra-submitit-launcher's spellings)
+    hydra_aliases: ClassVar[dict[str, str]] = {}
+    # hydra.launcher keys refused with the key that decides them (a point's cluster)
+    hydra_refused: ClassVar[dict[str, str]] = {}
+    sweep_verb: ClassVar[str] = "submitted {n} run{s}"  # the sweep plugin's report line
+    sweep_point: ClassVar[str] = "run"  # what two points sharing a run id would share ("run and SLURM job")
 
+    # --- settings -------------------------------------------------------------------------
+    def settings(self, spec: "RunSpec") -> Any:
+        """This run's settings (checked at compose time, stored in the spec)."""
+        from trainstack.schema import to_typed
+
+        from trainstack.rundir import layout
+
+        obj, errors = to_typed(self.Settings, dict(spec.cluster.settings or {}), f"cluster.{self.name}.",
+                               lambda _k: layout.SPEC)
+        if errors:
+            from trainstack.errors import ConfigErrors
+
+            raise ConfigErrors(errors)
+        return obj
+
+    @classmethod
+    def runs_here(cls, settings: dict[str, Any]) -> bool:
+        """Does the trainer run on the submit host (so its inputs must be here)? `settings`: cluster.<name>."""
+        return False
+
+    # --- submitting -----------------------------------------------------------------------
     def submit_host_problems(self, dry: bool = False) -> list[ConfigError]:
         """What this machine lacks to submit runs (dry: to size them without submitting)."""
         return []
 
-    def submit(self, spec: RunSpec) -> int:
+    def check(self, spec: "RunSpec") -> None:
+        """Raise ConfigErrors for what submitting this run would refuse (before any run is submitted)."""
+
+    def submit(self, spec: "RunSpec") -> int:
         """Start the run; exit code of the run (waits) or of the submission."""
         return self.execute(spec)
 
-    def execute(self, spec: RunSpec) -> int:
+    def submit_sweep(self, specs: Sequence["RunSpec"], sweep_dir: Path, nums: Sequence[int]) -> list["SweepRun"]:
+        """Submit every (checked) point of a sweep; the manifest's entries. Default: submit one by one."""
+        from trainstack.rundir.manifest import SweepRun
+
+        runs = []
+        for spec, num in zip(specs, nums):
+            code = self.submit(spec)
+            if code and not self.waits:  # a waiting launcher's code is the run's: a failed trial, not a failed submit
+                from trainstack.errors import RuntimeFailure
+
+                raise RuntimeFailure(f"{self.name}: submitting {spec.run_id} exited with {code}")
+            runs.append(SweepRun(run_id=spec.run_id, run_dir=spec.run_dir, overrides=list(spec.overrides), job_num=num))
+        return runs
+
+    def sweep_results(self, specs: Sequence["RunSpec"], runs: Sequence["SweepRun"], settings: Any) -> list[Any]:
+        """wait=true: block until every run has ended; each run's metric (or an exception: a failed trial)."""
+        from trainstack.rundir import RunDir
+
+        out: list[Any] = []
+        for spec in specs:
+            rd = RunDir(spec.run_dir)
+            metrics = rd.status().get("last_metrics") or rd.last_metrics()[0]
+            out.append(metrics.get(getattr(settings, "metric", None) or ""))
+        return out
+
+    # --- running --------------------------------------------------------------------------
+    def execute(self, spec: "RunSpec") -> int:
         """Run the stored command on this machine under the run lifecycle."""
         from trainstack.launch.local import start_local_process
         from trainstack.lifecycle import execute
 
         return execute(spec, start_local_process(spec))
+
+    # --- following ------------------------------------------------------------------------
+    def record_sweep(self, sweep_dir: str | Path, runs: Sequence["SweepRun"], **meta: Any) -> Path:
+        """Add these points to `<sweep_dir>/sweep.json` (what `trainstack status SWEEP_DIR` reads)."""
+        from trainstack.rundir import manifest
+
+        return manifest.record(sweep_dir, runs, scheduler=self.name, **meta)
+
+    def status(self, rows: Sequence["Row"]) -> None:
+        """Fill what only this launcher knows (scheduler state, pod); the run dir's facts are filled already."""
+
+    def cancel(self, rows: Sequence["Row"], dry: bool = False) -> int:
+        """Stop these runs. Default: the run's launching process on this host (SIGTERM to the lease
+        holder: it gives the trainer `resume.grace_s` for a final checkpoint)."""
+        from trainstack.lease import _read, hostname, pid_alive
+        from trainstack.rundir import RunDir
+
+        code = 0
+        for r in rows:
+            holder = _read(RunDir(r.run_dir).lease_file)
+            if holder is None or holder.host != hostname() or not pid_alive(holder.pid):
+                where = "" if holder is None or holder.host == hostname() else f" here (it runs on {holder.host})"
+                print(f"trainstack cancel: {r.run_id} is not running{where}", file=sys.stderr)
+                code = code or 1
+                continue
+            print(f"kill -TERM {holder.pid}  # {r.run_id} ({self.name})", file=sys.stderr)
+            if not dry:
+                try:
+                    os.kill(holder.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        return code
+
+    def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
+        """Print the run's trainer log (here: <run_dir>/logs/trainer.log); with follow, keep printing."""
+        from trainstack.rundir import RunDir
+
+        path = RunDir(row.run_dir).trainer_log
+        if not path.exists():
+            print(f"trainstack logs: {path} does not exist yet", file=sys.stderr)
+            return 1
+        try:
+            return subprocess.call(["tail", "-n", "+1", *(["-F"] if follow else []), str(path)])
+        except KeyboardInterrupt:
+            return 0
+
+
+def launcher_of_run(run_dir: str | Path) -> str:
+    """The launcher a run was submitted with: its spec's `launcher` (read without checking the rest,
+    so status works on a spec this version would refuse to execute), else status.json's, else local."""
+    from trainstack.rundir import layout, read_json
+
+    for name in (layout.SPEC, layout.STATUS):
+        data = read_json(Path(run_dir) / name)
+        if isinstance(data, dict) and isinstance(data.get("launcher"), str):
+            return data["launcher"]
+    return "local"

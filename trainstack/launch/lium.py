@@ -7,9 +7,9 @@ to the pod: run dir on the volume, data under the pod's workdir, the image's pyt
 it with the commander, write `lium.json` in the run dir, and return at once (`wait=true` blocks
 until every run has ended). The commander rents, replaces and removes pods (trainstack/commander/).
 
-Settings: `cluster.extra.lium` (the pod: GPU type and count, template or image, volume, price and
-country limits; `PodRequest`), `cluster.extra.launcher` (wait, restart_limit, spend_limit,
-sweep_spend_limit, commander_url, public_url, poll_s; `hydra.launcher.*` for sweeps). The
+Settings: `LiumSettings` under `cluster.lium:`: `pod` (GPU type and count, template or image,
+volume, price and country limits; `PodRequest`), wait, restart_limit, spend_limit,
+sweep_spend_limit, commander_url, public_url, poll_s (`hydra.launcher.*` for sweeps). The
 commander is the one at `commander_url` / $TRAINSTACK_COMMANDER_URL, else one started on this
 host (`trainstack commander serve`, state in ~/.trainstack/). Its token: $TRAINSTACK_COMMANDER_TOKEN.
 Walkthrough: docs/lium.md.
@@ -22,54 +22,66 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.errors import CommanderFailure, ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
 from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
 from trainstack.runspec import RunSpec
 
-DEFAULTS: dict[str, Any] = {
-    "wait": False,  # block until every run has ended (Optuna needs it)
-    "restart_limit": 5,  # pods re-provisioned per run before it is failed
-    "spend_limit": None,  # USD per run: at the limit the run is paused and its pod removed
-    "sweep_spend_limit": None,  # USD for all runs of the sweep together
-    "commander_url": None,  # default $TRAINSTACK_COMMANDER_URL, else a commander on this host
-    "public_url": None,  # what pods use to reach a commander started here (default its local URL)
-    "commander_port": 8780,  # port of a commander started here
-    "poll_s": 5.0,  # wait=true: seconds between status polls
-    "metric": "rollout/raw_reward",  # what a finished run returns to the sweeper
-}
+if TYPE_CHECKING:
+    from trainstack.status import Row
+
 TERMINAL = ("finished", "failed", "cancelled", "paused")
 STATE_DIR = Path(os.environ.get("TRAINSTACK_HOME", "~/.trainstack")).expanduser()
 
 
-def settings_for(cluster_extra: dict | None, overrides: dict | None = None) -> dict[str, Any]:
-    out = dict(DEFAULTS)
-    out.update((cluster_extra or {}).get("launcher") or {})
-    out.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return out
+@dataclass
+class LiumSettings:
+    """`cluster.lium`: the pod a run needs, and how the commander keeps it on one."""
+
+    pod: dict[str, Any] = field(default_factory=dict)  # trainstack/commander/provider.py PodRequest fields
+    restart_limit: int = 5  # pods re-provisioned per run before it is failed
+    spend_limit: Optional[float] = None  # USD per run: at the limit the run is paused and its pod removed
+    sweep_spend_limit: Optional[float] = None  # USD for all runs of the sweep together
+    commander_url: Optional[str] = None  # default $TRAINSTACK_COMMANDER_URL, else a commander on this host
+    public_url: Optional[str] = None  # what pods use to reach a commander started here (default its local URL)
+    commander_port: int = 8780  # port of a commander started here
+    poll_s: float = 5.0  # wait=true: seconds between status polls
+    wait: bool = False  # block until every run has ended (Optuna needs it)
+    metric: str = "rollout/raw_reward"  # what a finished run returns to the sweeper
+
+    def problems(self) -> list[tuple[str, Any, str, str]]:
+        from trainstack.commander.provider import PodRequest
+        from trainstack.schema import to_typed
+
+        out: list[tuple[str, Any, str, str]] = []
+        known = {f.name for f in fields(PodRequest)}
+        for k, v in self.pod.items():
+            if k not in known:
+                out.append((f"pod.{k}", v, "not a Lium pod setting", f"use one of: {', '.join(sorted(known))}"))
+        if not out:
+            pod = {k: ([v] if k == "countries" and isinstance(v, str) else v) for k, v in self.pod.items()}
+            _, errors = to_typed(PodRequest, pod, "pod.", lambda _k: "")
+            out += [(e.key, e.value, e.problem, e.fix.replace("set pod.", "set cluster.lium.pod.")) for e in errors]
+        if self.pod.get("template_id") and self.pod.get("image"):
+            out.append(("pod.image", self.pod["image"], "set either template_id or image, not both", "remove one of them"))
+        if self.restart_limit < 0:
+            out.append(("restart_limit", self.restart_limit, "must be 0 or more", "cluster.lium.restart_limit=5"))
+        return out
 
 
 def pod_request(spec: RunSpec):
-    """`cluster.extra.lium` as a PodRequest; unknown keys refused naming the key."""
+    """`cluster.lium.pod` as a PodRequest (checked at compose time), sized from the cluster."""
     from trainstack.commander.provider import PodRequest
 
-    raw = dict((spec.cluster.extra or {}).get("lium") or {})
-    known = {f.name for f in fields(PodRequest)}
-    errors = [ConfigError(f"cluster.extra.lium.{k}", "not a Lium pod setting",
-                          f"use one of: {', '.join(sorted(known))}", value=v) for k, v in raw.items() if k not in known]
+    raw = dict(LiumLauncher().settings(spec).pod)
     if int(spec.cluster.num_nodes) != 1:
-        errors.append(ConfigError("cluster.num_nodes", "a Lium run is one pod (multi-pod runs are not supported)",
-                                  "use cluster.num_nodes=1 with a pod of enough GPUs (cluster.gpus_per_node)",
-                                  value=spec.cluster.num_nodes))
-    if raw.get("template_id") and raw.get("image"):
-        errors.append(ConfigError("cluster.extra.lium.image", "set either template_id or image, not both",
-                                  "remove one of them", value=raw["image"]))
-    if errors:
-        raise ConfigErrors(errors)
+        raise ConfigErrors([ConfigError("cluster.num_nodes", "a Lium run is one pod (multi-pod runs are not supported)",
+                                        "use cluster.num_nodes=1 with a pod of enough GPUs (cluster.gpus_per_node)",
+                                        value=spec.cluster.num_nodes)])
     if spec.cluster.accelerator == "gpu" and "gpu_count" not in raw:
         raw["gpu_count"] = int(spec.cluster.gpus_per_node)
     if spec.cluster.gpu_type and "gpu_type" not in raw:
@@ -141,29 +153,28 @@ def _token() -> str:
     return token
 
 
-def commander(settings: dict[str, Any], start: bool = True):
+def commander(settings: LiumSettings, start: bool = True):
     """A client of the commander at the configured URL, or of one started on this host."""
     from trainstack.commander.client import CommanderClient, CommanderError
     from trainstack.commander.server import URL_ENV
 
     token = _token()
-    url = settings.get("commander_url") or os.environ.get(URL_ENV)
+    url = settings.commander_url or os.environ.get(URL_ENV)
     if url:
         return CommanderClient(url, token)
-    port = int(settings.get("commander_port") or 8780)
+    port = int(settings.commander_port)
     client = CommanderClient(f"http://127.0.0.1:{port}", token)
     try:
         client.get("/v1/health", timeout=2)
         return client
     except CommanderError as ex:
         if ex.status:
-            raise ConfigErrors([ConfigError("cluster.extra.launcher.commander_url", f"the commander at "
-                                            f"{client.url} refused us ({ex.detail})",
-                                            f"use the token it was started with ({_token_hint()})")]) from None
+            raise CommanderFailure(f"the commander at {client.url} refused us ({ex.detail})",
+                                   f"use the token it was started with ({_token_hint()})") from None
     if not start:
-        raise ConfigErrors([ConfigError("cluster.extra.launcher.commander_url", f"no commander answers at {client.url}",
-                                        f"start one (trainstack commander serve) or set {URL_ENV}")])
-    start_local_commander(port, settings.get("public_url"))
+        raise CommanderFailure(f"no commander answers at {client.url}",
+                               f"start one (trainstack commander serve) or set {URL_ENV}")
+    start_local_commander(port, settings.public_url)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -171,8 +182,8 @@ def commander(settings: dict[str, Any], start: bool = True):
             return client
         except CommanderError:
             time.sleep(0.3)
-    raise ConfigErrors([ConfigError("cluster.extra.launcher.commander_url", f"the commander started here did not "
-                                    f"answer at {client.url} within 30 s", f"see {STATE_DIR / 'commander.log'}")])
+    raise CommanderFailure(f"the commander started here did not answer at {client.url} within 30 s",
+                           f"see {STATE_DIR / 'commander.log'}")
 
 
 def _token_hint() -> str:
@@ -207,25 +218,25 @@ def check(spec: RunSpec) -> None:
     plan(spec, RunDir(spec.run_dir))
 
 
-def submit_specs(specs: Sequence[RunSpec], settings: dict[str, Any], sweep_dir: str | None = None) -> list[dict]:
+def submit_specs(specs: Sequence[RunSpec], settings: LiumSettings, sweep_dir: str | None = None) -> list[dict]:
     """Register every run (all checked first); the records written to each run dir."""
+    from trainstack.commander.client import CommanderError
+
     for spec in specs:
         check(spec)
     client = commander(settings)
     out = []
     for spec in specs:
         req = pod_request(spec)
+        run_settings = LiumLauncher().settings(spec)
         body = {"run_id": spec.run_id, "spec": pod_spec(spec, req), "settings": req.to_dict(),
-                "sweep": sweep_dir, "restart_limit": int(settings.get("restart_limit") or 0),
-                "spend_limit": settings.get("spend_limit"), "sweep_spend_limit": settings.get("sweep_spend_limit")}
-        from trainstack.commander.client import CommanderError
-
+                "sweep": sweep_dir, "restart_limit": int(run_settings.restart_limit),
+                "spend_limit": run_settings.spend_limit, "sweep_spend_limit": run_settings.sweep_spend_limit}
         try:
             answer = client.post("/v1/runs", body)
         except CommanderError as ex:
-            raise ConfigErrors([ConfigError("run_id", f"the commander refused {spec.run_id}: {ex.detail}",
-                                            f"trainstack status {spec.run_id}; trainstack cancel {spec.run_id}",
-                                            value=spec.run_id)]) from None
+            raise CommanderFailure(f"the commander refused {spec.run_id}: {ex.detail}",
+                                   f"trainstack status {spec.run_id}; trainstack cancel {spec.run_id}") from None
         rundir = RunDir(spec.run_dir)
         rundir.write_spec(spec)
         rec = {"run_id": spec.run_id, "commander_url": client.url, "pod_run_dir": req.run_dir(spec.run_id),
@@ -235,12 +246,6 @@ def submit_specs(specs: Sequence[RunSpec], settings: dict[str, Any], sweep_dir: 
             rundir.update_status(run_id=spec.run_id, state="submitted", launcher="lium")
         out.append(rec)
     return out
-
-
-def write_manifest(sweep_dir: Path, specs: Sequence[RunSpec], nums: Sequence[int], wait: bool, submit_s: float) -> Path:
-    runs = [manifest.SweepRun(run_id=s.run_id, run_dir=s.run_dir, overrides=list(s.overrides), job_num=n)
-            for s, n in zip(specs, nums)]
-    return manifest.record(sweep_dir, runs, scheduler="lium", wait=wait, submit_s=submit_s)
 
 
 def wait_for(client, run_ids: Sequence[str], poll_s: float) -> dict[str, dict]:
@@ -263,22 +268,73 @@ def wait_for(client, run_ids: Sequence[str], poll_s: float) -> dict[str, dict]:
     return done
 
 
+def metric_of(rec: dict[str, Any], metric: str | None) -> Any:
+    """A finished run's metric from the commander's record: the worker reports the run's last metrics."""
+    progress = rec.get("progress") or {}
+    metrics = progress.get("metrics") or {}
+    if metric in metrics:
+        return metrics[metric]
+    return progress.get("reward") if metric == "rollout/raw_reward" else None
+
+
 class LiumLauncher(Launcher):
     """Register the run with the Lium commander, which keeps it on a pod; returns at once."""
 
     name = "lium"
     waits = False
-    sweep_launcher = "lium"
+    Settings = LiumSettings
+    sweeps_through_plugin = True
+    sweep_verb = "registered {n} run{s} with the Lium commander"
+    sweep_point = "run"
+
+    def check(self, spec: RunSpec) -> None:
+        check(spec)
 
     def submit(self, spec: RunSpec) -> int:
-        settings = settings_for(spec.cluster.extra)
+        settings: LiumSettings = self.settings(spec)
         t0 = time.perf_counter()
         rec = submit_specs([spec], settings)[0]
         print(f"trainstack: registered {spec.run_id} with the Lium commander at {rec['commander_url']} "
               f"({time.perf_counter() - t0:.2f} s); it rents a pod and keeps the run on one\n"
               f"  follow it: trainstack status {spec.run_id}    logs: trainstack logs {spec.run_id} -f    "
               f"stop it: trainstack cancel {spec.run_id}", file=sys.stderr, flush=True)
-        if not settings.get("wait"):
+        if not settings.wait:
             return 0
-        done = wait_for(commander(settings, start=False), [spec.run_id], float(settings.get("poll_s") or 5))
+        done = wait_for(commander(settings, start=False), [spec.run_id], float(settings.poll_s))
         return 0 if done[spec.run_id]["phase"] == "finished" else 1
+
+    def submit_sweep(self, specs: Sequence[RunSpec], sweep_dir: Path, nums: Sequence[int]) -> list[manifest.SweepRun]:
+        settings: LiumSettings = self.settings(specs[0])
+        submit_specs(specs, settings, str(sweep_dir))
+        self._wait = settings.wait
+        return [manifest.SweepRun(run_id=s.run_id, run_dir=s.run_dir, overrides=list(s.overrides), job_num=n)
+                for s, n in zip(specs, nums)]
+
+    def record_sweep(self, sweep_dir: str | Path, runs: Sequence[manifest.SweepRun], **meta: Any) -> Path:
+        return super().record_sweep(sweep_dir, runs, **{"wait": getattr(self, "_wait", False), **meta})
+
+    def sweep_results(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+        ids = [s.run_id for s in specs]
+        done = wait_for(commander(settings, start=False), ids, float(settings.poll_s))
+        out: list[Any] = []
+        for rid in ids:
+            rec = done[rid]
+            out.append(metric_of(rec, settings.metric) if rec["phase"] == "finished"
+                       else CommanderFailure(f"{rid}: {rec['phase']}: {rec.get('message')}"))
+        return out
+
+    # --- following: the commander's record is the truth (trainstack/launch/lium_status.py) ---
+    def status(self, rows: Sequence["Row"]) -> None:
+        from trainstack.launch.lium_status import fill_lium
+
+        fill_lium(rows)
+
+    def cancel(self, rows: Sequence["Row"], dry: bool = False) -> int:
+        from trainstack.launch.lium_status import cancel_lium
+
+        return cancel_lium(rows, dry)
+
+    def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
+        from trainstack.launch.lium_status import logs
+
+        return logs(row.run_dir, row.run_id, follow, which=which)

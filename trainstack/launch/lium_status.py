@@ -1,5 +1,5 @@
-"""`trainstack status | cancel | logs` for runs registered with the Lium commander (a `lium.json`
-in the run dir names the commander): the commander's record is the truth about pod, phase,
+"""`LiumLauncher.status | cancel | logs` (what `trainstack status | cancel | logs` ask for a Lium run;
+its `lium.json` in the run dir names the commander): the commander's record is the truth about pod, phase,
 lease epoch, restarts, last checkpoint, Hub commit and cost; the run dir on the submit host only
 holds the spec."""
 from __future__ import annotations
@@ -10,10 +10,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainstack.rundir import RunDir, layout
-
-
-def is_lium(run_dir: str | Path) -> bool:
-    return (Path(run_dir) / layout.LIUM).is_file()
 
 
 def _client(run_dir: str | Path):
@@ -44,8 +40,6 @@ def record(run_dir: str | Path, run_id: str) -> tuple[dict[str, Any] | None, str
 
 def fill_lium(rows: Sequence[Any]) -> None:
     for r in rows:
-        if not is_lium(r.run_dir):
-            continue
         rec, why = record(r.run_dir, r.run_id)
         if rec is None:
             r.scheduler, r.reason = "lium ?", why

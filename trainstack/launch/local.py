@@ -30,6 +30,10 @@ class LocalLauncher(Launcher):
     name = "local"
     waits = True
 
+    @classmethod
+    def runs_here(cls, settings: dict) -> bool:
+        return True
+
 
 def start_local_process(spec: "RunSpec") -> "StartRunner":
     cmd = spec.slime_command()

@@ -1,7 +1,7 @@
 """Ray Jobs launcher: submit the rendered command to a Ray cluster, tail its logs, stop it on Ctrl-C.
 
 The runtime env carries the rendered env vars (PYTHONPATH, CUDA_DEVICE_MAX_CONNECTIONS, W&B
-identity, ...). With `cluster.start_ray_head=true` and no Ray answering at the address, a head
+identity, ...). With `cluster.ray_job.start_head=true` and no Ray answering at the address, a head
 bound to 127.0.0.1 is started in its own process group and stopped (that group only) afterwards;
 a Ray cluster trainstack did not start is never stopped.
 """
@@ -18,9 +18,11 @@ import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from trainstack.errors import RayFailure
 from trainstack.launch.base import Launcher
 from trainstack.launch.ray_start import ray_start_argv
 from trainstack.procgroup import stop_group
@@ -126,10 +128,8 @@ class RayJobRunner:
             time.sleep(1.0)
             live = self._live_jobs_of_run()
         if live:
-            from trainstack.errors import ConfigError, ConfigErrors
-
-            raise ConfigErrors([ConfigError("run_id", f"previous Ray job(s) {', '.join(live)} of this run do not stop; "
-                                            "nothing was submitted", "stop them: ray job stop <id>", value=self.run_id)])
+            raise RayFailure(f"previous Ray job(s) {', '.join(live)} of run {self.run_id} do not stop; nothing was "
+                             "submitted", "stop them: ray job stop <id>")
 
     def _tail_logs(self) -> None:
         """Console echo only (the guard writes logs/trainer.log)."""
@@ -190,31 +190,60 @@ def remove_secrets(path: Path | None) -> None:
         path.unlink(missing_ok=True)
 
 
+@dataclass
+class RayJobSettings:
+    """`cluster.ray_job`: where the Ray cluster is."""
+
+    address: str = DEFAULT_ADDRESS  # the Jobs API (dashboard) address
+    start_head: bool = False  # no Ray answering at a loopback address: start a head there (stopped after the run)
+
+    def problems(self) -> list[tuple[str, object, str, str]]:
+        url = urlparse(self.address)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            return [("address", self.address, "not an http(s) URL of a Ray dashboard",
+                     "use e.g. cluster.ray_job.address=http://10.0.0.5:8265")]
+        return []
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
+
+
 class RayJobLauncher(Launcher):
     """Submit the stored command as a Ray job and follow it to the end (waits)."""
 
     name = "ray_job"
     waits = True
+    Settings = RayJobSettings
+
+    @classmethod
+    def runs_here(cls, settings: dict) -> bool:
+        return (urlparse(str(settings.get("address") or DEFAULT_ADDRESS)).hostname or "") in LOOPBACK
 
     def execute(self, spec: RunSpec) -> int:
+        from trainstack.errors import ConfigError, ConfigErrors
         from trainstack.lifecycle import execute
 
         cluster = spec.cluster
-        address = cluster.ray_address or DEFAULT_ADDRESS
+        settings: RayJobSettings = self.settings(spec)
+        address = settings.address
         head = None
         if not ray_answers(address):
-            if not cluster.start_ray_head:
-                print(f"trainstack: no Ray cluster answers at {address}; nothing was launched.\n"
-                      "  fix: start one (ray start --head ...), set cluster.ray_address, or cluster.start_ray_head=true "
-                      "to start a local head on 127.0.0.1", file=sys.stderr)
-                return 2
+            if not settings.start_head:
+                raise ConfigErrors([ConfigError("cluster.ray_job.address", f"no Ray cluster answers at {address}",
+                                                "start one (ray start --head ...), set cluster.ray_job.address, or "
+                                                "cluster.ray_job.start_head=true to start a local head on 127.0.0.1",
+                                                value=address)])
             port = urlparse(address).port or 8265
             rundir = RunDir(spec.run_dir)
             rundir.logs.mkdir(parents=True, exist_ok=True)
             head = LocalRayHead(port, num_cpus=max(os.cpu_count() or 1, 1),
                                 num_gpus=cluster.gpus_per_node if cluster.accelerator == "gpu" else 0,
                                 log_path=rundir.logs / layout.RAY_HEAD_LOG)
-            head.wait_ready()
+            try:
+                head.wait_ready()
+            except RuntimeError as ex:
+                head.stop()
+                raise RayFailure(str(ex), f"see {rundir.logs / layout.RAY_HEAD_LOG}") from None
         try:
             return execute(spec, lambda env, rundir: RayJobRunner(address, spec, env, rundir))
         finally:

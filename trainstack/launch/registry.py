@@ -1,10 +1,14 @@
-"""The launchers trainstack knows: name -> the class implementing it (imported only when used).
+"""The launchers trainstack knows: the `trainstack.launchers` entry-point group.
 
-`cluster.launcher` accepts exactly these names (the schema's choices come from here).
+Every launcher, trainstack's own included (pyproject.toml), is one entry point `name =
+module:Class`; another package adds one by declaring an entry point in that group, nothing in
+trainstack changes. The group is read once (cached); a launcher's module is imported only when
+that launcher is used. `cluster.launcher` accepts exactly these names.
 """
 from __future__ import annotations
 
-import importlib
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from trainstack.errors import ConfigError, ConfigErrors
@@ -12,37 +16,39 @@ from trainstack.errors import ConfigError, ConfigErrors
 if TYPE_CHECKING:
     from trainstack.launch.base import Launcher
 
-LAUNCHERS: dict[str, str] = {
-    "local": "trainstack.launch.local:LocalLauncher",
-    "ray_job": "trainstack.launch.ray_job:RayJobLauncher",
-    "slurm": "trainstack.launch.slurm:SlurmLauncher",
-    "lium": "trainstack.launch.lium:LiumLauncher",
-}
+GROUP = "trainstack.launchers"
+
+
+@lru_cache(maxsize=1)
+def _entry_points() -> dict[str, EntryPoint]:
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=GROUP):
+        found.setdefault(ep.name, ep)  # first on sys.path wins (an editable checkout over a stale install)
+    return found
 
 
 def names() -> tuple[str, ...]:
-    return tuple(LAUNCHERS)
+    return tuple(sorted(_entry_points()))
+
+
+def unknown(name: str, key: str = "cluster.launcher") -> ConfigError:
+    return ConfigError(key, f"'{name}' is not a launcher of this trainstack",
+                       f"use one of: {', '.join(names())} (launchers are the '{GROUP}' entry points)", value=name)
+
+
+@lru_cache(maxsize=None)
+def launcher_class(name: str) -> "type[Launcher]":
+    ep = _entry_points().get(name)
+    if ep is None:
+        raise ConfigErrors([unknown(name)])
+    try:
+        cls = ep.load()
+    except Exception as ex:  # a broken third-party launcher: say which, never a traceback
+        raise ConfigErrors([ConfigError("cluster.launcher", f"the launcher '{name}' ({ep.value}) cannot be "
+                                        f"imported: {type(ex).__name__}: {ex}", "fix or reinstall the package "
+                                        "that provides it", value=name)]) from None
+    return cls
 
 
 def get(name: str) -> "Launcher":
-    target = LAUNCHERS.get(name)
-    if target is None:
-        raise ConfigErrors([ConfigError("cluster.launcher", f"'{name}' is not a launcher of this trainstack",
-                                        f"use one of: {', '.join(LAUNCHERS)}", value=name)])
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)()
-
-
-def sweep_launcher_problem(launcher_name: str, hydra_launcher_target: str) -> ConfigError | None:
-    """`-m` with a cluster whose launcher needs its own Hydra launcher (SLURM) under another one."""
-    target = LAUNCHERS.get(launcher_name)
-    if target is None:
-        return None
-    module, _, cls = target.partition(":")
-    needed = getattr(getattr(importlib.import_module(module), cls), "sweep_launcher", None)
-    if needed is None or f"trainstack_{needed}" in hydra_launcher_target or f".{needed}" in hydra_launcher_target:
-        return None
-    return ConfigError("cluster.launcher", f"a sweep of '{launcher_name}' runs must be submitted by the "
-                       f"'{needed}' Hydra launcher, not {hydra_launcher_target.rsplit('.', 1)[-1] or 'the default'} "
-                       "(which would run or submit each point without a sweep manifest)",
-                       f"add hydra/launcher={needed} to the command line", value=launcher_name)
+    return launcher_class(name)()

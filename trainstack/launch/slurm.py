@@ -10,62 +10,85 @@ submitting never changes the run. Preemption/timeout: submitit calls `PointRunne
 the run is stopped with its grace period and the same call is requeued; the requeued job
 executes the same stored spec and resumes from its latest complete checkpoint.
 
-Used by the Hydra launcher `hydra/launcher=slurm` (plugins/hydra_plugins/trainstack_slurm/) for
-sweeps and by `SlurmLauncher.submit` for a single run with `cluster.launcher: slurm`.
-Docs: docs/slurm.md.
+Settings: `SlurmSettings` under `cluster.slurm:` (and `hydra.launcher.<key>` for sweeps through
+the shared plugin, `hydra/launcher=slurm`). Status (squeue, sacct, scontrol) and cancel (scancel)
+live here too. Docs: docs/slurm.md.
 """
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from trainstack.backends import BACKENDS
-from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.errors import ConfigError, ConfigErrors, SchedulerFailure
 from trainstack.launch.base import Launcher
 from trainstack.launch.slurm_job import Point, PointRunner
 from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
 from trainstack.runspec import RunSpec
 from trainstack.schema import ClusterSpec
 
-# Launcher settings: `hydra.launcher.<key>` for sweeps, `cluster.extra.launcher.<key>` for both.
-DEFAULTS: dict[str, Any] = {
-    "wait": False,              # block until every job has ended (Hydra's behaviour; Optuna needs it)
-    "dry": False,               # sweeps: compose, validate, size and write the manifest; submit nothing
-    "array": False,             # one sbatch array per resource shape instead of one job per point (see docs)
-    "timeout_min": 60,          # when cluster.time_min is null
-    "cpus_per_task": 1,         # when cluster.cpus_per_node is null
-    "mem_gb": None,             # when cluster.mem_gb is null (SLURM's DefMemPerCPU applies)
-    "signal_delay_s": 120,      # USR2 this long before the time limit: checkpoint + requeue
-    "max_num_timeout": 3,       # requeues after hitting the time limit (submitit)
-    "max_requeues": 10,         # requeues of any cause (preemption + timeout), via SLURM_RESTART_COUNT
-    "ray_timeout_s": 300,       # rank 0 waits this long for every node and GPU to join Ray
-    "metric": "rollout/raw_reward",  # what a finished job returns to the sweeper (Optuna)
-    "setup": None,              # shell lines before srun in the sbatch script
-    "throttle_s": 0.02,         # pause between two sbatch calls (submitit's default is 0.2 s)
-    "submitit_folder": None,    # default: <sweep_dir>/.submitit/%j or <run_dir>/slurm/%j
-}
+if TYPE_CHECKING:
+    from trainstack.status import Row
+
+# Fields passed to sbatch as they are (submitit's `slurm_<name>` parameters).
+SBATCH_PASSTHROUGH = ("qos", "comment", "constraint", "exclude", "gres", "cpus_per_gpu", "gpus_per_task",
+                      "mem_per_gpu", "mem_per_cpu", "srun_args", "stderr_to_stdout")
 
 
-def settings_for(cluster: ClusterSpec, overrides: dict | None = None) -> dict[str, Any]:
-    """DEFAULTS < cluster.extra.launcher < explicit overrides (hydra.launcher.*)."""
-    out = dict(DEFAULTS)
-    extra = cluster.extra or {}
-    out.update({k: v for k, v in (extra.get("launcher") or {}).items()})
-    out.update({k: v for k, v in (overrides or {}).items() if v is not None or k in ("mem_gb", "setup")})
-    return out
+@dataclass
+class SlurmSettings:
+    """`cluster.slurm`: how a run's job is sized and submitted (the node/GPU counts are the cluster's)."""
 
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    time_min: int = 60  # --time
+    cpus_per_node: Optional[int] = None  # --cpus-per-task (one task per node); null: 1
+    mem_gb: Optional[int] = None  # --mem; null: SLURM's DefMemPerCPU
+    sbatch: dict[str, Any] = field(default_factory=dict)  # more sbatch long options without `--`: {hold: true}
+    signal_delay_s: int = 120  # USR2 this long before the time limit: checkpoint + requeue
+    max_num_timeout: int = 3  # requeues after hitting the time limit (submitit)
+    max_requeues: int = 10  # requeues of any cause (preemption + timeout), via SLURM_RESTART_COUNT
+    ray_timeout_s: int = 300  # rank 0 waits this long for every node and GPU to join Ray
+    setup: Optional[list[str]] = None  # shell lines before srun in the sbatch script
+    submitit_folder: Optional[str] = None  # default: <sweep_dir>/.submitit/%j or <run_dir>/slurm/%j
+    throttle_s: float = 0.02  # pause between two sbatch calls (submitit's own default: 0.2 s)
+    array: bool = False  # sweeps: one sbatch array per resource shape (no per-run singleton; the lease fences)
+    array_parallelism: int = 256
+    dry: bool = False  # sweeps: compose, validate, size, write the manifest with each sbatch header; submit nothing
+    wait: bool = False  # block until every job has ended (Optuna needs it)
+    metric: str = "rollout/raw_reward"  # what a finished job returns to the sweeper
+    # passed to sbatch as they are
+    qos: Optional[str] = None
+    comment: Optional[str] = None
+    constraint: Optional[str] = None
+    exclude: Optional[str] = None
+    gres: Optional[str] = None
+    cpus_per_gpu: Optional[int] = None
+    gpus_per_task: Optional[int] = None
+    mem_per_gpu: Optional[str] = None
+    mem_per_cpu: Optional[str] = None
+    srun_args: Optional[list[str]] = None
+    stderr_to_stdout: Optional[bool] = None
 
-def sbatch_extra(cluster: ClusterSpec) -> dict[str, Any]:
-    """Extra sbatch options from `cluster.extra.sbatch` (a map of long options without `--`),
-    else the scalar entries of `cluster.extra` itself (`launcher` and `sbatch` are reserved)."""
-    extra = cluster.extra or {}
-    if isinstance(extra.get("sbatch"), dict):
-        return dict(extra["sbatch"])
-    return {k: v for k, v in extra.items() if k not in ("launcher", "sbatch") and not isinstance(v, (dict, list))}
+    def problems(self) -> list[tuple[str, Any, str, str]]:
+        out: list[tuple[str, Any, str, str]] = []
+        for key in ("time_min", "signal_delay_s", "array_parallelism"):
+            if getattr(self, key) < 1:
+                out.append((key, getattr(self, key), "must be at least 1", f"set cluster.slurm.{key} to a positive number"))
+        for key in ("cpus_per_node", "mem_gb"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                out.append((key, getattr(self, key), "must be at least 1 or null", f"cluster.slurm.{key}=null "
+                            "leaves it to SLURM"))
+        return out
+
+    def passthrough(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in SBATCH_PASSTHROUGH if getattr(self, k) is not None}
 
 
 def merge_dependency(user: str | None, singleton: bool) -> str | None:
@@ -75,12 +98,11 @@ def merge_dependency(user: str | None, singleton: bool) -> str | None:
     return ",".join(parts) or None
 
 
-def executor_params(cluster: ClusterSpec, job_name: str, settings: dict, singleton: bool = True,
-                    passthrough: dict[str, Any] | None = None) -> dict[str, Any]:
+def executor_params(cluster: ClusterSpec, job_name: str, settings: SlurmSettings, singleton: bool = True) -> dict[str, Any]:
     """submitit parameters of one job: nodes, one task per node, GPUs as gres, CPUs, memory,
-    partition, account, time limit, extra sbatch options, job name, singleton dependency; plus
-    `passthrough` sbatch fields (qos, constraint, exclude, gres, srun_args, ...) as they are."""
-    additional = {k.replace("-", "_"): v for k, v in sbatch_extra(cluster).items()}
+    partition, account, time limit, extra sbatch options, job name, singleton dependency; plus the
+    passthrough sbatch fields (qos, constraint, exclude, gres, srun_args, ...) as they are."""
+    additional = {k.replace("-", "_"): v for k, v in (settings.sbatch or {}).items()}
     dependency = merge_dependency(additional.pop("dependency", None), singleton)
     if dependency:
         additional["dependency"] = dependency
@@ -88,23 +110,22 @@ def executor_params(cluster: ClusterSpec, job_name: str, settings: dict, singlet
         "name": job_name,
         "nodes": int(cluster.num_nodes),
         "tasks_per_node": 1,
-        "cpus_per_task": int(cluster.cpus_per_node or settings.get("cpus_per_task") or 1),
-        "timeout_min": int(cluster.time_min or settings.get("timeout_min") or 60),
-        "slurm_signal_delay_s": int(settings.get("signal_delay_s", 120)),
+        "cpus_per_task": int(settings.cpus_per_node or 1),
+        "timeout_min": int(settings.time_min),
+        "slurm_signal_delay_s": int(settings.signal_delay_s),
         "slurm_additional_parameters": additional,
     }
-    mem = cluster.mem_gb if cluster.mem_gb is not None else settings.get("mem_gb")
-    if mem is not None:
-        params["mem_gb"] = int(mem)
+    if settings.mem_gb is not None:
+        params["mem_gb"] = int(settings.mem_gb)
     if cluster.accelerator == "gpu" and cluster.gpus_per_node:
         params["slurm_gres"] = f"gpu:{int(cluster.gpus_per_node)}"
-    if cluster.partition:
-        params["slurm_partition"] = cluster.partition
-    if cluster.account:
-        params["slurm_account"] = cluster.account
-    if settings.get("setup"):
-        params["slurm_setup"] = list(settings["setup"])
-    params.update({f"slurm_{k}": v for k, v in (passthrough or {}).items() if v is not None})
+    if settings.partition:
+        params["slurm_partition"] = settings.partition
+    if settings.account:
+        params["slurm_account"] = settings.account
+    if settings.setup:
+        params["slurm_setup"] = list(settings.setup)
+    params.update({f"slurm_{k}": v for k, v in settings.passthrough().items()})
     return params
 
 
@@ -125,15 +146,15 @@ def render_sbatch(params: dict[str, Any], folder: str = "/tmp/submitit/%j") -> s
     return _make_sbatch_string(command="python -u -m submitit.core._submit FOLDER", folder=folder, **kw)
 
 
-def make_point(spec: RunSpec, settings: dict) -> Point:
+def make_point(spec: RunSpec, settings: SlurmSettings) -> Point:
     cluster = spec.cluster
     return Point(run_id=spec.run_id, run_dir=spec.run_dir, overrides=list(spec.overrides), cwd=spec.provenance.cwd,
                  needs_ray=BACKENDS[cluster.backend].needs_ray,  # slime: one Ray head per job
                  num_nodes=int(cluster.num_nodes),
                  gpus_per_node=int(cluster.gpus_per_node) if cluster.accelerator == "gpu" else 0,
-                 cpus_per_node=cluster.cpus_per_node or settings.get("cpus_per_task"),
-                 grace_s=float(spec.resume.grace_s), max_requeues=int(settings.get("max_requeues", 10)),
-                 ray_timeout_s=float(settings.get("ray_timeout_s", 300)), metric=settings.get("metric"))
+                 cpus_per_node=settings.cpus_per_node or 1, grace_s=float(spec.resume.grace_s),
+                 max_requeues=int(settings.max_requeues), ray_timeout_s=float(settings.ray_timeout_s),
+                 metric=settings.metric)
 
 
 def store_pending(spec: RunSpec) -> None:
@@ -150,8 +171,8 @@ def _executor(folder: str, max_num_timeout: int, throttle_s: float):
     import submitit
 
     if shutil.which("sbatch") is None:
-        raise RuntimeError("sbatch not found: this machine is not a SLURM submit host "
-                           "(scripts/slurm-local.sh up starts a local one-node cluster)")
+        raise SchedulerFailure("sbatch not found: this machine is not a SLURM submit host",
+                               "scripts/slurm-local.sh up starts a local one-node cluster")
     executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=int(max_num_timeout))
     # submitit sleeps 0.2 s between two sbatch calls (64 points: 13 s); sbatch's own round trip
     # already paces a busy controller, so trainstack waits `throttle_s` (private submitit attribute).
@@ -165,18 +186,23 @@ def _shape(params: dict) -> str:
     return json.dumps({k: v for k, v in params.items() if k != "name"}, sort_keys=True, default=str)
 
 
-def submit_points(points: Sequence[Point], params: Sequence[dict], folder: str, settings: dict,
+def submit_points(points: Sequence[Point], params: Sequence[dict], folder: str, settings: SlurmSettings,
                   array_name: str | None = None) -> list:
     """One SLURM job per point (job name = run_id, singleton), or with `array` one sbatch array per
     resource shape named `array_name` (SLURM gives all tasks of an array one name, so the per-run
     singleton fence is not available there: the run's lease is then the only fence)."""
-    executor = _executor(folder, settings.get("max_num_timeout", 3), settings.get("throttle_s", 0.02))
+    executor = _executor(folder, settings.max_num_timeout, settings.throttle_s)
     runner = PointRunner()
-    if not settings.get("array") or len(points) == 1:
+    if not settings.array or len(points) == 1:
         one_each = []
         for point, p in zip(points, params):
             executor.update_parameters(**p)
-            one_each.append(executor.submit(runner, point))
+            try:
+                one_each.append(executor.submit(runner, point))
+            except Exception as ex:  # sbatch refused (bad partition/account, controller down)
+                raise SchedulerFailure(f"sbatch refused {point.run_id}: {ex}", "check cluster.slurm (partition, "
+                                       "account, time_min) against `sinfo`; `trainstack status` shows what was "
+                                       "submitted before") from None
         return one_each
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(params):
@@ -191,9 +217,13 @@ def submit_points(points: Sequence[Point], params: Sequence[dict], folder: str, 
         if dep:
             add["dependency"] = dep
         p["slurm_additional_parameters"] = add
-        p["slurm_array_parallelism"] = int(settings.get("array_parallelism", 256))
+        p["slurm_array_parallelism"] = int(settings.array_parallelism)
         executor.update_parameters(**p)
-        for i, job in zip(idxs, executor.map_array(runner, [points[i] for i in idxs])):
+        try:
+            submitted = executor.map_array(runner, [points[i] for i in idxs])
+        except Exception as ex:
+            raise SchedulerFailure(f"sbatch refused the array: {ex}", "check cluster.slurm against `sinfo`") from None
+        for i, job in zip(idxs, submitted):
             jobs[i] = job
     return jobs
 
@@ -213,18 +243,6 @@ def record_job(point: Point, job, folder: str, sweep_dir: str | None) -> dict:
     return rec
 
 
-def write_manifest(sweep_dir: Path, points: Sequence[Point], jobs: Sequence, job_nums: Iterable[int],
-                   settings: dict, folder: str, submit_s: float) -> Path:
-    runs = []
-    for point, job, num in zip(points, jobs, job_nums):
-        rec = record_job(point, job, folder, str(sweep_dir))
-        runs.append(manifest.SweepRun(run_id=point.run_id, run_dir=point.run_dir, overrides=list(point.overrides),
-                                      job_num=num, job_id=str(job.job_id),
-                                      job_name=None if settings.get("array") else point.run_id, logs=rec["logs"]))
-    return manifest.record(sweep_dir, runs, scheduler="slurm", mode="array" if settings.get("array") else "jobs",
-                           wait=bool(settings.get("wait")), submitit_folder=folder, submit_s=submit_s)
-
-
 def submit_host_problems(dry: bool = False, key: str = "cluster.launcher") -> list[ConfigError]:
     """Submitting needs submitit (the slurm extra) and `sbatch` on PATH; a dry sweep only submitit
     (it renders each job's #SBATCH header with it)."""
@@ -242,36 +260,86 @@ def submit_host_problems(dry: bool = False, key: str = "cluster.launcher") -> li
     return []
 
 
+# ------------------------------------------------------------------------------------------
+# scheduler state
+# ------------------------------------------------------------------------------------------
+def _run(argv: list[str], timeout: float = 20) -> subprocess.CompletedProcess | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def scheduler_states(job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """job id -> (state, reason) from squeue, then sacct, then `scontrol show job`."""
+    wanted = {j for j in job_ids if j}
+    out: dict[str, tuple[str, str]] = {}
+    if not wanted:
+        return out
+    q = _run(["squeue", "-h", "-r", "-o", "%i|%T|%r"])
+    if q is not None and q.returncode == 0:
+        for line in q.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3 and parts[0] in wanted:
+                out[parts[0]] = (parts[1], parts[2] if parts[2] not in ("None", "(null)") else "")
+    rest = sorted(wanted - set(out))
+    if rest:
+        s = _run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(rest)])
+        if s is not None and s.returncode == 0:
+            for line in s.stdout.splitlines():
+                jid, _, state = line.partition("|")
+                if jid in rest and state:
+                    out[jid] = (state.split()[0], "")
+    for jid in sorted(wanted - set(out)):
+        s = _run(["scontrol", "show", "job", "-o", jid])
+        if s is None or s.returncode != 0:
+            continue
+        fields = dict(tok.split("=", 1) for tok in s.stdout.split() if "=" in tok)
+        if "JobState" in fields:
+            reason = fields.get("Reason", "")
+            out[jid] = (fields["JobState"], "" if reason == "None" else reason)
+    return out
+
+
 class SlurmLauncher(Launcher):
     """Submit one SLURM job per run; the job executes the stored spec (`trainstack exec`)."""
 
     name = "slurm"
     waits = False
-    sweep_launcher = "slurm"
+    Settings = SlurmSettings
+    sweeps_through_plugin = True
+    sweep_verb = "submitted {n} SLURM job{s}"
+    sweep_point = "run and SLURM job"
+    hydra_aliases = {"timeout_min": "time_min", "cpus_per_task": "cpus_per_node", "additional_parameters": "sbatch"}
+    hydra_refused = {"nodes": "cluster.num_nodes", "gpus_per_node": "cluster.gpus_per_node",
+                     "tasks_per_node": "(one task per node, always)", "name": "(the job name is the run_id)"}
 
     def submit_host_problems(self, dry: bool = False) -> list[ConfigError]:
         return submit_host_problems(dry)
+
+    def check(self, spec: RunSpec) -> None:
+        from trainstack.resume import plan
+
+        plan(spec, RunDir(spec.run_dir))  # raises ConfigErrors (changed training config, resume policy, broken checkpoint)
 
     def submit(self, spec: RunSpec) -> int:
         problems = submit_host_problems()
         if problems:
             raise ConfigErrors(problems)
-        settings = settings_for(spec.cluster)
+        settings: SlurmSettings = self.settings(spec)
         store_pending(spec)
         point = make_point(spec, settings)
         params = executor_params(spec.cluster, spec.run_id, settings)
-        folder = settings.get("submitit_folder") or str(Path(spec.run_dir) / layout.SLURM_FOLDER / "%j")
+        folder = settings.submitit_folder or str(Path(spec.run_dir) / layout.SLURM_FOLDER / "%j")
         t0 = time.perf_counter()
-        try:
-            job = submit_points([point], [params], folder, settings)[0]
-        except Exception as ex:  # sbatch refused (bad partition/account, no SLURM): say so, exit 2
-            print(f"trainstack: submitting {spec.run_id} to SLURM failed: {ex}", file=sys.stderr)
-            return 2
+        job = submit_points([point], [params], folder, settings)[0]
         rec = record_job(point, job, folder, None)
         print(f"trainstack: submitted {spec.run_id} as SLURM job {job.job_id} ({time.perf_counter() - t0:.2f} s); "
               f"logs {rec['logs']['stdout']}\n  follow it: trainstack status {spec.run_id}    stop it: trainstack "
               f"cancel {spec.run_id}", file=sys.stderr, flush=True)
-        if not settings.get("wait"):
+        if not settings.wait:
             return 0
         try:
             job.result()
@@ -279,3 +347,66 @@ class SlurmLauncher(Launcher):
         except Exception as ex:
             print(f"trainstack: SLURM job {job.job_id} of {spec.run_id} failed: {ex}", file=sys.stderr)
             return 1
+
+    # --- sweeps (the shared plugin) ---------------------------------------------------------
+    def submit_sweep(self, specs: Sequence[RunSpec], sweep_dir: Path, nums: Sequence[int]) -> list[manifest.SweepRun]:
+        """One sbatch per point (or one array per resource shape), all from this call; dry: the
+        manifest holds each job's #SBATCH header and nothing is submitted."""
+        settings: SlurmSettings = self.settings(specs[0])
+        folder = str(Path(settings.submitit_folder or str(sweep_dir / ".submitit" / "%j")).absolute())
+        points = [make_point(s, self.settings(s)) for s in specs]
+        params = [executor_params(s.cluster, s.run_id, self.settings(s)) for s in specs]
+        self._meta: dict[str, Any] = {"submitit_folder": folder, "wait": settings.wait}
+        if settings.dry:
+            self._meta["mode"] = "dry"
+            return [manifest.SweepRun(run_id=p.run_id, run_dir=p.run_dir, overrides=list(p.overrides), job_num=n,
+                                      job_name=p.run_id, sbatch=render_sbatch(prm, folder))
+                    for p, prm, n in zip(points, params, nums)]
+        for spec in specs:  # every point valid: store what each job will execute
+            store_pending(spec)
+        self._jobs = submit_points(points, params, folder, settings, array_name=f"trainstack-{sweep_dir.name}")
+        self._meta["mode"] = "array" if settings.array else "jobs"
+        runs = []
+        for point, job, num in zip(points, self._jobs, nums):
+            rec = record_job(point, job, folder, str(sweep_dir))
+            runs.append(manifest.SweepRun(run_id=point.run_id, run_dir=point.run_dir, overrides=list(point.overrides),
+                                          job_num=num, job_id=str(job.job_id),
+                                          job_name=None if settings.array else point.run_id, logs=rec["logs"]))
+        return runs
+
+    def record_sweep(self, sweep_dir: str | Path, runs: Sequence[manifest.SweepRun], **meta: Any) -> Path:
+        return super().record_sweep(sweep_dir, runs, **{**getattr(self, "_meta", {}), **meta})
+
+    def sweep_results(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+        out: list[Any] = []
+        for job in getattr(self, "_jobs", []):
+            try:
+                out.append(job.results()[0].get("metric"))
+            except Exception as ex:  # noqa: BLE001 - a failed job is a failed trial, reported by Hydra
+                out.append(ex)
+        return out
+
+    # --- following --------------------------------------------------------------------------
+    def status(self, rows: Sequence["Row"]) -> None:
+        states = scheduler_states([r.job_id for r in rows if r.job_id])
+        for r in rows:
+            if r.job_id and r.job_id in states:
+                r.scheduler, r.reason = states[r.job_id]
+
+    def cancel(self, rows: Sequence["Row"], dry: bool = False) -> int:
+        """scancel by the job ids recorded in the manifest / run dirs; by job name (= run_id) otherwise."""
+        ids = sorted({r.job_id for r in rows if r.job_id})
+        names = sorted({r.run_id for r in rows if not r.job_id})
+        argvs = ([["scancel", *ids]] if ids else []) + [["scancel", f"--name={n}"] for n in names]
+        if shutil.which("scancel") is None and not dry:
+            raise SchedulerFailure("scancel not found (not a SLURM host)", "run trainstack cancel on the SLURM "
+                                   "login node the runs were submitted from")
+        code = 0
+        for argv in argvs:
+            print(" ".join(argv), file=sys.stderr)
+            if not dry:
+                res = subprocess.run(argv, capture_output=True, text=True)
+                if res.returncode != 0:
+                    print(res.stderr.strip(), file=sys.stderr)
+                    code = 1
+        return code

@@ -53,11 +53,14 @@ class ReportedProgress:
     reward: float | None = None
     hub_commit: str | None = None  # the Hub commit holding the newest pushed checkpoint (hub/sync.py)
     hub_pushed: int | None = None
+    metrics: dict[str, Any] | None = None  # status.json's last_metrics: what a wait=true sweep returns (any metric)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         if not self.hub_commit:  # no Hub: the keys are absent, as the commander has always seen them
             d.pop("hub_commit"), d.pop("hub_pushed")
+        if self.metrics is None:
+            d.pop("metrics")
         return d
 
     @classmethod
@@ -69,7 +72,8 @@ class ReportedProgress:
                    num_rollout=_int(d.get("num_rollout")),
                    reward=float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
                    hub_commit=str(d["hub_commit"]) if d.get("hub_commit") else None,
-                   hub_pushed=_int(d.get("hub_pushed")))
+                   hub_pushed=_int(d.get("hub_pushed")),
+                   metrics=dict(d["metrics"]) if isinstance(d.get("metrics"), dict) else None)
 
 
 def target_of(run_dir: Path) -> int | None:

@@ -13,7 +13,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from trainstack import sweep_points
 from trainstack.errors import ConfigErrors, report_and_exit
@@ -37,9 +37,21 @@ ConfigStore.instance().store(group="hydra/launcher", name="trainstack_local", no
                              provider="trainstack")
 
 
+def refuse_plugin_launchers(config) -> None:
+    """Under the in-process launcher, a cluster whose launcher submits sweeps through its own plugin is
+    refused once, from the master config (every non-swept key), before any point is composed."""
+    if "trainstack_local" not in str(OmegaConf.select(config, "hydra.launcher._target_", default="") or ""):
+        return
+    problem = sweep_points.plugin_problem(str(OmegaConf.select(config, "cluster.launcher", default="") or ""))
+    if problem:
+        sweep_points.remove_fresh_sweep_dir(str(config.hydra.sweep.dir))
+        report_and_exit(ConfigErrors([problem]))
+
+
 class TrainstackSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         assert self.hydra_context is not None and self.config is not None
+        refuse_plugin_launchers(self.config)
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
         for overrides in batch:
             cache.load(list(overrides))
@@ -50,6 +62,7 @@ class TrainstackLocalLauncher(BasicLauncher):
         setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        refuse_plugin_launchers(self.config)  # another sweeper (Optuna) skips the basic one's check
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
         configs = []
         for idx, overrides in enumerate(job_overrides):
