@@ -85,11 +85,15 @@ def facts(run: ResolvedRun, cmd: SlimeCommand) -> list[Fact]:
                                                    if samples % gbs == 0 else f"{per:.2f} (not whole)") + " per rollout"
         out.append(Fact("batch", text))
     out += _checkpoint_facts(run, cmd)
-    price = ((c.extra or {}).get("lium") or {}).get("max_price_per_hour")
-    if isinstance(price, (int, float)) and not isinstance(price, bool):
-        spend = ((c.extra or {}).get("launcher") or {}).get("spend_limit")
-        out.append(Fact("cost", f"at most ${price:.2f} per hour (cluster.extra.lium.max_price_per_hour); "
-                                + (f"spend limit ${spend:.2f}" if isinstance(spend, (int, float)) else "no spend limit")))
+    from trainstack.errors import ConfigErrors
+    from trainstack.launch.registry import launcher_class
+
+    try:
+        cost = launcher_class(c.launcher).cost_note(dict(c.settings or {}))
+    except ConfigErrors:
+        cost = None
+    if cost:
+        out.append(Fact("cost", cost))
     return out
 
 

@@ -91,6 +91,11 @@ class Launcher:
         """Does the trainer run on the submit host (so its inputs must be here)? `settings`: cluster.<name>."""
         return False
 
+    @classmethod
+    def cost_note(cls, settings: dict[str, Any]) -> str | None:
+        """What the run may cost, for the dry run's summary (a price ceiling, a spend limit); None: no price."""
+        return None
+
     # --- submitting -----------------------------------------------------------------------
     def submit_host_problems(self, dry: bool = False) -> list[ConfigError]:
         """What this machine lacks to submit runs (dry: to size them without submitting)."""

@@ -287,6 +287,15 @@ class LiumLauncher(Launcher):
     sweep_verb = "registered {n} run{s} with the Lium commander"
     sweep_point = "run"
 
+    @classmethod
+    def cost_note(cls, settings: dict[str, Any]) -> str | None:
+        price = (settings.get("pod") or {}).get("max_price_per_hour")
+        if not isinstance(price, (int, float)) or isinstance(price, bool):
+            return None
+        spend = settings.get("spend_limit")
+        return (f"at most ${price:.2f} per hour (cluster.lium.pod.max_price_per_hour); "
+                + (f"spend limit ${spend:.2f}" if isinstance(spend, (int, float)) else "no spend limit"))
+
     def check(self, spec: RunSpec) -> None:
         check(spec)
 
