@@ -3,7 +3,7 @@
 Each entry point names a `register(registry)` function (pyproject.toml lists trainstack's own:
 upstream rules, Hub sync, HTTP envs, the tiny trainer); a third party's package adds its own
 the same way and trainstack finds it once that package is installed. Discovery reads the
-installed metadata once per process (`hooks.registry()` caches the result), and feature modules
+installed metadata once per process (`hooks.registry()` calls `discover` once), and feature modules
 import nothing heavy at import time, so a dry run pays a few milliseconds for it.
 
 A checkout whose installed metadata predates a feature (an editable install made before
@@ -15,10 +15,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
-
-if TYPE_CHECKING:
-    from trainstack.hooks import Registry
+from typing import Any, Callable
 
 GROUP = "trainstack.features"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -49,7 +46,7 @@ def _from_pyproject() -> dict[str, str]:
     return dict(data.get("project", {}).get("entry-points", {}).get(GROUP, {}))
 
 
-def resolve(value: str) -> Callable[["Registry"], None]:
+def resolve(value: str) -> Callable[[Any], None]:
     module, _, attr = value.partition(":")
     obj = importlib.import_module(module.strip())
     for part in (attr.strip() or "register").split("."):
@@ -57,7 +54,6 @@ def resolve(value: str) -> Callable[["Registry"], None]:
     return obj  # type: ignore[return-value]
 
 
-def load(registry: "Registry") -> None:
-    """Register every feature, in name order (hook order does not depend on it: see hooks.Registry)."""
-    for name, value in sorted(declared().items()):
-        registry.register(name, resolve(value))
+def discover() -> list[tuple[str, Callable[[Any], None]]]:
+    """(name, register function) of every feature, in name order (hooks.Registry orders the hooks)."""
+    return [(name, resolve(value)) for name, value in sorted(declared().items())]

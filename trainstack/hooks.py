@@ -156,10 +156,11 @@ def registry() -> Registry:
     """The process's registry, filled from the installed features on first use (then cached)."""
     global _REGISTRY
     if _REGISTRY is None:
-        from trainstack.features import load
+        from trainstack.features import discover
 
         reg = Registry()
-        load(reg)
+        for name, register in discover():
+            reg.register(name, register)
         _REGISTRY = reg
     return _REGISTRY
 

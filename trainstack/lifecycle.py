@@ -57,6 +57,17 @@ def trainer_env(spec: RunSpec, rundir: RunDir, lease: Lease | None = None) -> di
     return env
 
 
+def prepare_data(hook: str | None, data_root: str) -> None:
+    """Call an env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files); idempotent.
+    Every launch runs it before the trainer (the preflight of a launch too, to check what it wrote)."""
+    if not hook:
+        return
+    import importlib
+
+    module, _, fn = hook.rpartition(".")
+    getattr(importlib.import_module(module), fn)(data_root)
+
+
 def final_state(code: int, signalled: int | None, lease_lost: bool = False) -> str:
     if lease_lost or code == EXIT_FENCED:
         return "fenced"
@@ -154,8 +165,6 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
               f"e.g. env.num_rollout={rp.suggested_num_rollout()} (same run_id, resumes from "
               f"{rp.from_rollout})", file=sys.stderr)
         return 0
-    from trainstack.preflight import prepare_data
-
     prepare_data(spec.data_prepare, spec.data_root)
     rundir.write_spec(spec)
     argv = spec.slime_command().full_argv()

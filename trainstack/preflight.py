@@ -17,7 +17,6 @@ before the trainer starts (`check_stored`).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,15 +48,10 @@ class Report:
 # ------------------------------------------------------------------------------------------
 # the env's data hook
 # ------------------------------------------------------------------------------------------
-def prepare_data(hook: str | None, data_root: str) -> None:
-    """Call an env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files); idempotent."""
-    if not hook:
-        return
-    module, _, fn = hook.rpartition(".")
-    getattr(importlib.import_module(module), fn)(data_root)
-
-
 def prepare_env_data(run: ResolvedRun) -> None:
+    """The env's data hook (trainstack.lifecycle.prepare_data), run at launch once every check passed."""
+    from trainstack.lifecycle import prepare_data
+
     prepare_data(run.meta.get("env", {}).get("prepare"), run.paths.data_root)
 
 

@@ -160,7 +160,8 @@ def parse_argv(argv: list[str]) -> ParsedArgv:
             errors.append(err)
     if errors:
         raise ConfigErrors(errors)
-    full = argparse.Namespace(**copy.deepcopy(_defaults()))
+    full = argparse.Namespace(**{d: copy.deepcopy(v) if isinstance(v, (list, dict)) else v
+                                 for d, v in _defaults().items()})  # the trainer may change what it gets
     for dest in explicit:
         setattr(full, dest, getattr(ns, dest))
     return ParsedArgv(args=full, explicit=explicit)
@@ -168,7 +169,7 @@ def parse_argv(argv: list[str]) -> ParsedArgv:
 
 @functools.lru_cache(maxsize=1)
 def _defaults() -> dict[str, Any]:
-    """slime's defaults by dest (JSON-valued ones decoded); callers get a deep copy."""
+    """slime's defaults by dest (JSON-valued ones decoded); callers copy the lists and dicts."""
     out: dict[str, Any] = {}
     for dest, spec in load_table().specs.items():
         default = spec.default
