@@ -241,3 +241,28 @@ def test_a_dry_run_of_a_hub_synced_run_reads_no_network(tmp_path):
         assert asked.returncode == 2 and "cannot read run synced's checkpoint pointer" in asked.stderr, asked.stderr
     finally:
         hub.close()
+
+
+def test_a_rule_registered_through_the_api_refuses_a_run(in_tmp):
+    """validate.rules hooks join the core's rules (and validate.RULES, which the parse oracle reads)."""
+    from trainstack import hooks, validate
+    from trainstack.errors import ConfigError, ConfigErrors
+    from trainstack.pipeline import build_from_overrides
+
+    def no_big_lr(ctx):
+        lr = ctx.get("lr")
+        return [ctx.err("lr", "above this lab's limit", "lower it")] if lr and lr > 0.01 else []
+
+    reg = hooks.Registry()
+    reg.register("lab", lambda r: r.add(hooks.RULES, no_big_lr))
+    old = hooks.use(reg)
+    try:
+        assert no_big_lr in list(validate.RULES)
+        build_from_overrides(["algo.lr=0.001"])
+        with pytest.raises(ConfigErrors) as err:
+            build_from_overrides(["algo.lr=0.5"])
+        assert [(e.key, e.problem) for e in err.value.errors] == [("algo.lr", "above this lab's limit")]
+        assert isinstance(err.value.errors[0], ConfigError)
+    finally:
+        hooks.use(old)
+    assert no_big_lr not in list(validate.RULES)
