@@ -160,16 +160,20 @@ def parse_argv(argv: list[str]) -> ParsedArgv:
             errors.append(err)
     if errors:
         raise ConfigErrors(errors)
-    full = argparse.Namespace(**{d: copy.deepcopy(v) if isinstance(v, (list, dict)) else v
-                                 for d, v in _defaults().items()})  # the trainer may change what it gets
+    defaults, mutable = _defaults()
+    full = argparse.Namespace()
+    full.__dict__.update(defaults)
+    for dest in mutable:  # the trainer may change what it gets
+        setattr(full, dest, copy.deepcopy(defaults[dest]))
     for dest in explicit:
         setattr(full, dest, getattr(ns, dest))
     return ParsedArgv(args=full, explicit=explicit)
 
 
 @functools.lru_cache(maxsize=1)
-def _defaults() -> dict[str, Any]:
-    """slime's defaults by dest (JSON-valued ones decoded); callers copy the lists and dicts."""
+def _defaults() -> tuple[dict[str, Any], tuple[str, ...]]:
+    """slime's defaults by dest (JSON-valued ones decoded), and the dests whose default is a list or
+    dict (callers copy those)."""
     out: dict[str, Any] = {}
     for dest, spec in load_table().specs.items():
         default = spec.default
@@ -183,7 +187,7 @@ def _defaults() -> dict[str, Any]:
             except json.JSONDecodeError:
                 pass
         out[dest] = default
-    return out
+    return out, tuple(d for d, v in out.items() if isinstance(v, (list, dict)))
 
 
 def _looks_number(tok: str) -> bool:
