@@ -66,6 +66,9 @@ def test_features_are_found_through_the_entry_point_group():
     from trainstack.features import declared
 
     assert {"upstream", "hub", "http_env", "tiny"} <= set(declared())
+    from importlib.metadata import entry_points
+
+    assert declared() == {e.name: e.value for e in entry_points(group="trainstack.features")}  # read as pip wrote it
     reg = hooks.Registry()
     from trainstack.features import discover
 
@@ -266,3 +269,17 @@ def test_a_rule_registered_through_the_api_refuses_a_run(in_tmp):
     finally:
         hooks.use(old)
     assert no_big_lr not in list(validate.RULES)
+
+
+def test_an_install_older_than_the_group_reads_the_checkouts_pyproject(tmp_path, monkeypatch):
+    """Metadata written before pyproject.toml had the group would silently drop every feature's
+    checks and hooks; the checkout's own pyproject.toml is read instead."""
+    from trainstack import features
+
+    stale = tmp_path / "trainstack-0.1.0.dist-info"
+    stale.mkdir()
+    (stale / "entry_points.txt").write_text("[console_scripts]\ntrainstack = trainstack.cli:main\n")
+    found, ours = features._scan([str(tmp_path)])
+    assert found == {} and ours is False
+    monkeypatch.setattr(features, "_scan", lambda paths: ({}, False))
+    assert set(features.declared()) == {"upstream", "hub", "http_env", "tiny"}

@@ -13,6 +13,8 @@ group is read from the checkout's own pyproject.toml instead.
 from __future__ import annotations
 
 import importlib
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -23,17 +25,57 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 def declared() -> dict[str, str]:
     """name -> "module:function" for every installed feature (trainstack's own included)."""
-    from importlib.metadata import PackageNotFoundError, distribution, entry_points
-
-    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
-    try:
-        ours = [ep for ep in distribution("trainstack").entry_points if ep.group == GROUP]
-    except PackageNotFoundError:
-        ours = []
+    found, ours = _scan(sys.path)
     if not ours:  # not installed, or installed from an older pyproject: the checkout says
         for name, value in _from_pyproject().items():
             found.setdefault(name, value)
     return found
+
+
+def _scan(paths: list[str]) -> tuple[dict[str, str], bool]:
+    """The group's entries in the distributions on `paths`, the first distribution of each name
+    winning as importlib.metadata has it, and whether trainstack's own declares any. Read directly
+    (entry_points.txt in each *.dist-info / *.egg-info): importing importlib.metadata and scanning
+    with it costs a CLI call ~0.1 s."""
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    ours = False
+    for entry in paths:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:  # not a directory (a zip, an import hook's token)
+            continue
+        for meta in names:
+            if not meta.endswith((".dist-info", ".egg-info")):
+                continue
+            dist = re.sub(r"[-_.]+", "-", meta.rsplit(".", 1)[0].split("-")[0]).lower()
+            if dist in seen:
+                continue
+            seen.add(dist)
+            entries = _group(os.path.join(entry or ".", meta, "entry_points.txt"))
+            ours = ours or (dist == "trainstack" and bool(entries))
+            for name, value in entries.items():
+                found.setdefault(name, value)
+    return found, ours
+
+
+def _group(path: str) -> dict[str, str]:
+    """One group of an entry_points.txt (an INI file: `[group]`, then `name = value` lines)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    inside = False
+    for line in lines:
+        line = line.strip()
+        if line.startswith("["):
+            inside = line == f"[{GROUP}]"
+        elif inside and "=" in line and not line.startswith(("#", ";")):
+            name, _, value = line.partition("=")
+            out[name.strip()] = value.strip()
+    return out
 
 
 def _from_pyproject() -> dict[str, str]:

@@ -7,14 +7,15 @@ feature (validate.rules hooks, before any feature's own) so validate.py need not
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from trainstack.errors import ConfigError
-from trainstack.validate import Ctx, Rule
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # light at import: `trainstack --help` discovers the features too
     from trainstack.hooks import Registry
+    from trainstack.validate import Ctx
 
+Rule = Callable[["Ctx"], list[ConfigError]]
 UPSTREAM: list[Rule] = []
 
 
