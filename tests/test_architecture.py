@@ -283,3 +283,17 @@ def test_an_install_older_than_the_group_reads_the_checkouts_pyproject(tmp_path,
     assert found == {} and ours is False
     monkeypatch.setattr(features, "_scan", lambda paths: ({}, False))
     assert set(features.declared()) == {"upstream", "hub", "http_env", "tiny"}
+
+
+def test_a_dry_run_sweep_builds_and_preflights_each_point_once(tmp_path, recorder):
+    """The sweep launcher checks every point before the first one runs; a dry-run point's own task
+    prints that check instead of building and preflighting the same config a second time."""
+    env, points = recorder
+    res = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "dry_run=true", "algo.lr=1e-6,2e-6,3e-6",
+                          f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data",
+                          f"hydra.sweep.dir={tmp_path}/sweep"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=180, env={**os.environ, **env})
+    assert res.returncode == 0, res.stderr
+    assert len([line for line in res.stdout.splitlines() if line.startswith("ok ")]) == 3, res.stdout
+    seen = [p["point"] for p in points()]
+    assert seen.count("preflight") == 3 and seen.count("identity") == 3, seen
