@@ -297,3 +297,11 @@ def test_a_dry_run_sweep_builds_and_preflights_each_point_once(tmp_path, recorde
     assert len([line for line in res.stdout.splitlines() if line.startswith("ok ")]) == 3, res.stdout
     seen = [p["point"] for p in points()]
     assert seen.count("preflight") == 3 and seen.count("identity") == 3, seen
+
+
+def test_a_feature_that_cannot_be_loaded_is_named(monkeypatch):
+    from trainstack import features
+
+    monkeypatch.setattr(features, "declared", lambda: {"broken": "no_such_module_xyz:register"})
+    with pytest.raises(RuntimeError, match="the feature 'broken' .*cannot be loaded: ModuleNotFoundError"):
+        features.discover()

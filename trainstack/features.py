@@ -97,5 +97,14 @@ def resolve(value: str) -> Callable[[Any], None]:
 
 
 def discover() -> list[tuple[str, Callable[[Any], None]]]:
-    """(name, register function) of every feature, in name order (hooks.Registry orders the hooks)."""
-    return [(name, resolve(value)) for name, value in sorted(declared().items())]
+    """(name, register function) of every feature, in name order (hooks.Registry orders the hooks).
+    A feature that cannot be loaded stops everything with its name: skipping it would silently drop
+    its checks and hooks."""
+    out = []
+    for name, value in sorted(declared().items()):
+        try:
+            out.append((name, resolve(value)))
+        except Exception as ex:  # noqa: BLE001 - any failure to load it is reported the same way
+            raise RuntimeError(f"trainstack: the feature {name!r} ({value}, entry point group {GROUP}) cannot be "
+                               f"loaded: {type(ex).__name__}: {ex}; fix or uninstall the package that declares it") from ex
+    return out
