@@ -303,5 +303,10 @@ def test_a_feature_that_cannot_be_loaded_is_named(monkeypatch):
     from trainstack import features
 
     monkeypatch.setattr(features, "declared", lambda: {"broken": "no_such_module_xyz:register"})
-    with pytest.raises(RuntimeError, match="the feature 'broken' .*cannot be loaded: ModuleNotFoundError"):
+    from trainstack.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as err:  # one clear message at the CLI (exit 2), not a traceback
         features.discover()
+    assert err.value.errors[0].key == "trainstack.features"
+    assert "the feature 'broken' (no_such_module_xyz:register) cannot be loaded: ModuleNotFoundError" in \
+        err.value.errors[0].problem

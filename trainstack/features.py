@@ -105,6 +105,10 @@ def discover() -> list[tuple[str, Callable[[Any], None]]]:
         try:
             out.append((name, resolve(value)))
         except Exception as ex:  # noqa: BLE001 - any failure to load it is reported the same way
-            raise RuntimeError(f"trainstack: the feature {name!r} ({value}, entry point group {GROUP}) cannot be "
-                               f"loaded: {type(ex).__name__}: {ex}; fix or uninstall the package that declares it") from ex
+            from trainstack.errors import ConfigError, ConfigErrors
+
+            raise ConfigErrors([ConfigError(
+                GROUP, f"the feature {name!r} ({value}) cannot be loaded: {type(ex).__name__}: {ex}",
+                "fix or uninstall the package that declares it (its entry point in this group)",
+                value=name)]) from None
     return out
