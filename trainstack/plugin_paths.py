@@ -4,6 +4,7 @@ module file is looked up on the trainer's search path and its top level is read 
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -91,7 +92,18 @@ def _extension_suffixes() -> list[str]:
 
 def _defines(path: Path, name: str) -> bool:
     """Does a module define `name` at top level (def, class, assignment, import; or export it
-    dynamically with __getattr__ or a star import, which we then trust)?"""
+    dynamically with __getattr__ or a star import, which we then trust)? Answered once per file
+    version (a sweep preflights the same plugins at every point)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return True  # the trainer's import will report it; we cannot tell
+    return _defines_in(str(path), name, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _defines_in(file: str, name: str, _mtime_ns: int, _size: int) -> bool:
+    path = Path(file)
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, SyntaxError, ValueError, UnicodeDecodeError):

@@ -42,7 +42,7 @@ def plugin_problem(launcher_name: str) -> ConfigError | None:
 def check_points(configs: Sequence[Any]) -> list[ConfigError]:
     """Build and preflight every point; refuse points that share a run_id. Errors name the point.
     A point on a launcher that needs its own sweep plugin stops the check at once: one message."""
-    from trainstack.pipeline import build
+    from trainstack.pipeline import CheckedPoint, build, remember_checked
     from trainstack.preflight import preflight
     from trainstack.resolve import Origin
 
@@ -55,11 +55,13 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
             problem = plugin_problem(run.cluster.launcher)
             if problem:
                 return [problem]
-            preflight(run, cmd, launching=False)
+            report = preflight(run, cmd, launching=False)
         except ConfigErrors as err:
             errors += point_errors(num, list(origin.overrides), err.errors)
             continue
         built.append((run.run_id, list(origin.overrides)))
+        if cfg.get("dry_run"):  # the point's task prints this check instead of repeating it
+            remember_checked(cfg.hydra.job.num, origin, CheckedPoint(run, cmd, report))
     return errors + shared_run_id_errors(built)
 
 

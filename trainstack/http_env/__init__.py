@@ -5,6 +5,6 @@ function ``trainstack_plugins.http_env.generate.generate`` drives multi-turn epi
 holds the trainstack side: the typed settings (``settings``), the protocol (``protocol``), the
 reference server (``server``, ``trainstack env serve NAME``), its environments (``chain_sum``, the
 built-in task; ``liveweb``, the LiveWeb-Arena bridge) and the sidecar that starts a server for a run
-(``sidecar``). Importing it is cheap: FastAPI, uvicorn and the rest load inside the functions that
+(``sidecar``); ``feature`` registers it at trainstack's hook points. Importing it is cheap: FastAPI, uvicorn and the rest load inside the functions that
 use them.
 """

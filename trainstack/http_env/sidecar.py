@@ -1,7 +1,7 @@
 """The env server a run needs, around the trainer: started before it, stopped after it.
 
 A run whose env preset has ``meta.http_env`` gets, at every launch (fresh or resumed, any
-launcher: the lifecycle calls ``with_sidecars``):
+launcher: the lifecycle's wrap_runner hook, ``feature.py``, calls ``with_sidecars``):
 
 1. if the block has ``serve``: ``trainstack env serve ENV --port 0`` in its own process group
    (it dies with the launcher), logging to ``logs/http_env_server.log``; its bound URL is read
