@@ -82,10 +82,13 @@ def judge(overrides: Sequence[str]) -> Judgement:
     cmd = render(run)
     table = load_table()
     intended = {d: as_parsed(table[d], v) for d, v in run.args.items() if v is not None}
-    from trainstack.http_env.sidecar import launch_files
+    from trainstack import hooks
 
+    files: dict[str, str] = {}
+    for written_by in hooks.get(hooks.LAUNCH_FILES):  # a feature's files that the argv names (an env's YAML)
+        files.update(written_by(run.config, run.args))
     return Judgement(list(overrides), not rules, rules, sorted(keys), _normalise(cmd.argv),
-                     _normalise(cmd.redacted_env()), _normalise(intended), launch_files(run.config, run.args))
+                     _normalise(cmd.redacted_env()), _normalise(intended), files)
 
 
 def load_oracle(path: Path = ORACLE_PATH) -> dict:
