@@ -13,7 +13,7 @@ from trainstack.rundir.layout import INCOMPLETE_DIR, TRACKER
 TINY_FILES = ("model.pt", "optimizer.pt", "scheduler.pt", "rng.pt", "meta.json")
 
 
-def make_iter(save, n, files=("meta.json", "model.pt"), manifest=False, cursor=False):
+def make_iter(save, n, files=TINY_FILES, manifest=False, cursor=False):
     d = save / f"iter_{n:07d}"
     d.mkdir(parents=True)
     rel = []

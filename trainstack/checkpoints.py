@@ -22,23 +22,26 @@ and what the tracker must say, so the trainer loads exactly what the resume plan
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import time
 from dataclasses import dataclass, field
 
-from trainstack.rundir.layout import DATA_CURSOR, INCOMPLETE_DIR, MANIFEST, TRACKER, iter_name
+from trainstack.rundir.layout import DATA_CURSOR, INCOMPLETE_DIR, MANIFEST, PUBLISH_LOG, TRACKER, iter_name
 
 # Megatron writes these last inside an iter dir (torch_dist: .metadata; torch: common.pt).
 MEGATRON_MARKERS = ((".metadata",), ("common.pt",))
 # Tiny checkpoints written before manifests existed: meta.json was written last.
 LEGACY_TINY_MARKER = ("meta.json", "model.pt")
+# ...and what such a checkpoint needs besides (the tiny trainer always saves these).
+TINY_REQUIRED = ("optimizer.pt", "scheduler.pt", "rng.pt")
 _ITER_RE = re.compile(r"^iter_(\d{7,})$")
 _STAGING_RE = re.compile(r"^\.iter_\d{7,}\.staging\.")  # the tiny trainer's save in progress
 
 __all__ = ["TRACKER", "iter_name", "Manifest", "CheckpointState", "is_complete", "problem_of", "inspect",
-           "plan_recovery", "Recovery", "data_cursor", "move_aside"]
+           "plan_recovery", "Recovery", "data_cursor", "move_aside", "published", "Published"]
 
 
 def data_cursor(rollout_id: int) -> str:
@@ -84,7 +87,9 @@ class Manifest:
         return cls(rollout_id, {p: os.path.getsize(os.path.join(save_dir, p)) for p in sorted(rel_paths)}, writer,
                    epoch, dict(sha256 or {}))
 
-    def problem(self, save_dir: str) -> str | None:
+    def problem(self, save_dir: str, verify: bool = False) -> str | None:
+        """Why the files are not what was written. `verify`: also compare content hashes (a
+        same-size corruption, or a superseded writer's in-place rewrite); reads every file once."""
         for rel, size in self.files.items():
             try:
                 actual = os.path.getsize(os.path.join(save_dir, rel))
@@ -92,11 +97,26 @@ class Manifest:
                 return f"{rel} is missing"
             if actual != size:
                 return f"{rel} has {actual} bytes, the manifest says {size} (truncated or rewritten)"
+        if verify:
+            for rel, want in sorted(self.sha256.items()):
+                try:
+                    got = file_sha256(os.path.join(save_dir, rel))
+                except OSError as ex:
+                    return f"{rel} is unreadable ({ex.strerror or ex})"
+                if got != want:
+                    return f"{rel} does not match its checksum in the manifest (corrupted or rewritten in place)"
         return None
 
 
-def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False) -> str | None:
-    """Why iter_N is not a complete checkpoint, or None when it is (THE completeness test)."""
+def file_sha256(path: str) -> str:
+    """SHA-256 of a file (hardware-accelerated on x86 with SHA-NI: see docs/benchmarks.md)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False, verify: bool = False) -> str | None:
+    """Why iter_N is not a complete checkpoint, or None when it is (THE completeness test).
+    `verify`: check content hashes too (the resume plan does; `status` only checks sizes)."""
     d = os.path.join(save_dir, iter_name(rollout_id))
     try:
         names = set(os.listdir(d))
@@ -108,18 +128,24 @@ def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False) -> st
         except ValueError as ex:
             return f"{iter_name(rollout_id)}/{ex}"
         assert manifest is not None
-        return manifest.problem(save_dir)
+        return manifest.problem(save_dir, verify)
     if any(all(m in names for m in marker) for marker in MEGATRON_MARKERS):
         if needs_cursor and not os.path.exists(os.path.join(save_dir, data_cursor(rollout_id))):
             return f"its data cursor {data_cursor(rollout_id)} is missing (the data would restart from the beginning)"
         return None
-    if all(m in names for m in LEGACY_TINY_MARKER):
+    if all(m in names for m in LEGACY_TINY_MARKER):  # a tiny checkpoint whose manifest is gone
+        missing = [m for m in TINY_REQUIRED if m not in names]
+        if needs_cursor and not os.path.exists(os.path.join(save_dir, data_cursor(rollout_id))):
+            missing.append(data_cursor(rollout_id))
+        if missing:
+            return (f"{iter_name(rollout_id)} has no manifest and lacks {', '.join(missing)} "
+                    "(it would load fresh optimizer, RNG or data state)")
         return None
     return f"{iter_name(rollout_id)} has no manifest and no completion marker (killed while saving)"
 
 
-def is_complete(save_dir: str, rollout_id: int, needs_cursor: bool = False) -> bool:
-    return problem_of(save_dir, rollout_id, needs_cursor) is None
+def is_complete(save_dir: str, rollout_id: int, needs_cursor: bool = False, verify: bool = False) -> bool:
+    return problem_of(save_dir, rollout_id, needs_cursor, verify) is None
 
 
 def _listing(save_dir: str) -> tuple[list[int], list[str]]:
@@ -145,6 +171,60 @@ def read_tracker(save_dir: str) -> str | None:
         return "<not text>"
     except OSError:
         return None
+
+
+@dataclass(frozen=True)
+class Published:
+    """What publish.jsonl says: the newest publish of the highest lease epoch (the current writer's)."""
+
+    iteration: int
+    epoch: int
+
+
+def published(save_dir: str) -> Published | None:
+    """The authority for which checkpoint is current when the tracker and the log disagree: a
+    superseded writer whose tracker rename stalled past its lease can still land that rename (and
+    append its line) after the next epoch's publishes, but it can never raise the highest epoch."""
+    best: tuple[int, int] | None = None  # (epoch, iteration) of the last line of the highest epoch
+    try:
+        with open(os.path.join(save_dir, PUBLISH_LOG), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    it, ep = int(rec["iter"]), rec.get("epoch")
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line of a killed writer
+                if not isinstance(ep, int):
+                    continue  # a save without a lease (tests, a bare trainer): no epoch to order by
+                if best is None or ep >= best[0]:
+                    best = (ep, it)
+    except OSError:
+        return None
+    return None if best is None else Published(best[1], best[0])
+
+
+def manifest_epoch(save_dir: str, rollout_id: int) -> int | None:
+    try:
+        m = Manifest.read(save_dir, rollout_id)
+    except ValueError:
+        return None
+    return m.epoch if m is not None and isinstance(m.epoch, int) else None
+
+
+def authority(save_dir: str, tracker: int | None) -> tuple[int | None, str]:
+    """(the iteration the plan trusts, why it is not the tracker's). The tracker is followed unless
+    it is behind the newest publish of the highest lease epoch in publish.jsonl: that is a superseded
+    writer's late rename (it stalled past its lease between its last fence check and the rename),
+    repaired and never followed, so nothing the current epoch published is moved aside. A tracker
+    ahead of the log is followed (a publish whose log line was not written yet, a Hub restore)."""
+    pub = published(save_dir)
+    if pub is None or (tracker is not None and tracker >= pub.iteration):
+        return tracker, ""
+    what = "is missing" if tracker is None else f"names {iter_name(tracker)}"
+    if tracker is not None and (ep := manifest_epoch(save_dir, tracker)) is not None:
+        what += f" (written under lease epoch {ep})"
+    return pub.iteration, (f"the tracker {what}, but lease epoch {pub.epoch} published {iter_name(pub.iteration)} "
+                           "last (a superseded writer's late tracker rename): repaired from publish.jsonl")
 
 
 @dataclass(frozen=True)
@@ -174,7 +254,7 @@ def writes_cursors(save_dir: str) -> bool:
         return False
 
 
-def inspect(save_dir: str, needs_cursor: bool | None = None) -> CheckpointState:
+def inspect(save_dir: str, needs_cursor: bool | None = None, verify: bool = False) -> CheckpointState:
     """The checkpoint a resume loads: the tracker's when it is complete, else the newest complete
     older one. `needs_cursor` (default: when the writer saves cursors at all) makes a Megatron
     checkpoint without its data cursor incomplete. One directory listing plus one manifest read
@@ -186,20 +266,20 @@ def inspect(save_dir: str, needs_cursor: bool | None = None) -> CheckpointState:
     iters, leftovers = _listing(save_dir)
     if text is None and not iters:
         return CheckpointState(save_dir, None, None, leftovers=tuple(leftovers))
-    problem = ""
-    if text is not None and tracker is None:
+    trusted, problem = authority(save_dir, tracker)
+    if not problem and text is not None and tracker is None:
         problem = f"the tracker holds {text[:40]!r}, not an iteration number"
-    elif tracker is not None:
-        why = problem_of(save_dir, tracker, needs_cursor)
-        if why is not None:
-            problem = f"the tracker names {iter_name(tracker)}, which is not complete: {why}"
-    else:
+    elif not problem and tracker is None:
         problem = "the tracker file is missing"
+    if trusted is not None and (why := problem_of(save_dir, trusted, needs_cursor, verify)) is not None:
+        problem = (problem + "; " if problem else "") + f"{iter_name(trusted)} is not complete: {why}"
+        if trusted == tracker:
+            problem = f"the tracker names {iter_name(tracker)}, which is not complete: {why}"
     if not problem:
         latest: int | None = tracker
     else:
-        latest = next((n for n in iters if (tracker is None or n <= tracker) and is_complete(save_dir, n, needs_cursor)),
-                      None)
+        latest = next((n for n in iters if (trusted is None or n <= trusted)
+                       and is_complete(save_dir, n, needs_cursor, verify)), None)
     newer = tuple(n for n in iters if latest is None or n > latest)
     return CheckpointState(save_dir, tracker, latest, problem, newer, tuple(leftovers))
 

@@ -74,7 +74,7 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
     """What launching `run` now would do. `dry`: a dry run, whose remote lookups (the resume.lookup
     hooks, e.g. the Hub's) read nothing over the network unless the run asks them to."""
     save = run.args.get("save") or str(rundir.checkpoints)
-    state = inspect(save)
+    state = inspect(save, verify=True)  # content checksums: a corrupt file falls back, never loads
     mode = run.resume.mode
     num_rollout = run.args.get("num_rollout")
     stored = rundir.stored_args()

@@ -7,17 +7,21 @@ and a writer that lost its run's lease never publishes.
                                  scheduler.pt        LR scheduler state
                                  rng.pt              python / numpy / torch RNG states
                                  meta.json           arch + rollout_id
-                                 manifest.json       every file of the checkpoint with its size
+                                 manifest.json       every file of the checkpoint: size, sha256, writer epoch
     <save>/rollout/global_dataset_state_dict_{rollout_id}.pt   data cursor (listed in the manifest)
     <save>/publish.jsonl                             one line per publish: iteration, lease epoch, pid
 
-A save writes the iter dir under a staging name, checks the fence (trainstack/fence.py), writes
-the data cursor and the manifest, checks the fence, renames the staging dir into place, checks
-the fence and only then moves the tracker: the tracker is the commit point, and only the current
-lease holder moves it. What complete means is trainstack/checkpoints.py's one test.
+A save writes the iter dir and the data cursor under staging names, checks the fence
+(trainstack/fence.py), writes the manifest (sizes and SHA-256 of every file), checks the fence,
+renames the staging dir into place, checks the fence, renames the cursor into place and only then
+moves the tracker: the tracker is the commit point, and only the current lease holder moves it.
+A writer that stalls after its last check can still land a late rename: readers then decide by
+the lease epochs in publish.jsonl (trainstack/checkpoints.py), and the checksums catch a cursor
+rewritten under them. What complete means is trainstack/checkpoints.py's one test.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -160,7 +164,8 @@ def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, cur
     final = iter_dir(save_dir, rollout_id)
     staging = os.path.join(save_dir, f".{os.path.basename(final)}.staging.{os.getpid()}.{secrets.token_hex(3)}")
     os.makedirs(staging)
-    for name, data in _state_files(state):
+    files = _state_files(state)
+    for name, data in files:
         _write_file(os.path.join(staging, name), data)
         _slow_hook()
     if rollout_id == RELEASE:  # initial weights (init_model): no run, no lease
@@ -168,22 +173,30 @@ def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, cur
         atomic_write_bytes(RELEASE.encode(), os.path.join(save_dir, TRACKER))
         return final
     n = int(rollout_id)
-    _check(fence)
-    sizes = {f"{iter_name(n)}/{name}": os.path.getsize(os.path.join(staging, name)) for name in os.listdir(staging)}
-    if cursor is not None:
-        atomic_write_bytes(cursor, os.path.join(save_dir, ck.data_cursor(n)))
+    hashes = {f"{iter_name(n)}/{name}": hashlib.sha256(data).hexdigest() for name, data in files}
+    sizes = {f"{iter_name(n)}/{name}": len(data) for name, data in files}
+    cursor_tmp = None
+    if cursor is not None:  # staged like the iter dir: renamed into place only after the last fence check
+        cursor_tmp = os.path.join(save_dir, f"{ck.data_cursor(n)}.staging.{os.getpid()}.{secrets.token_hex(3)}")
+        atomic_write_bytes(cursor, cursor_tmp)
         sizes[ck.data_cursor(n)] = len(cursor)
-    manifest = ck.Manifest(n, dict(sorted(sizes.items())), WRITER, fence.epoch if fence else None)
+        hashes[ck.data_cursor(n)] = hashlib.sha256(cursor).hexdigest()
+    _check(fence, cursor_tmp)
+    manifest = ck.Manifest(n, dict(sorted(sizes.items())), WRITER, fence.epoch if fence else None,
+                           dict(sorted(hashes.items())))
     _write_file(os.path.join(staging, MANIFEST), manifest.to_json().encode())
     _fsync_dir(staging)
     _slow_hook()
-    _check(fence)
+    _check(fence, cursor_tmp)
     if os.path.exists(final):  # an unpublished leftover of this id (a killed save): never mixed with this one
         ck.move_aside(save_dir, [os.path.basename(final)])
     os.replace(staging, final)
     _fsync_dir(save_dir)
     _slow_hook()
-    _check(fence)
+    _check(fence, cursor_tmp)
+    if cursor_tmp is not None:
+        os.replace(cursor_tmp, os.path.join(save_dir, ck.data_cursor(n)))
+    _stall_hook(save_dir, n)
     atomic_write_bytes(str(n).encode(), os.path.join(save_dir, TRACKER))
     with open(os.path.join(save_dir, PUBLISH_LOG), "a", encoding="utf-8") as f:
         f.write(json.dumps({"iter": n, "epoch": fence.epoch if fence else None, "pid": os.getpid(),
@@ -191,9 +204,29 @@ def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, cur
     return final
 
 
-def _check(fence: Fence | None) -> None:
-    if fence is not None:
+def _stall_hook(save_dir: str, rollout_id: int) -> None:
+    """TRAINSTACK_TINY_STALL_PUBLISH=<rollout_id>: block after the last fence check, before the
+    tracker rename, until `<save>/.release-stall` exists: a deterministic stalled write (a rename
+    held up past the lease TTL) for tests of what readers do with its late landing."""
+    if os.environ.get("TRAINSTACK_TINY_STALL_PUBLISH", "") != str(rollout_id):
+        return
+    open(os.path.join(save_dir, ".stalled"), "w").close()
+    while not os.path.exists(os.path.join(save_dir, ".release-stall")):
+        time.sleep(0.05)
+
+
+def _check(fence: Fence | None, staged: str | None = None) -> None:
+    if fence is None:
+        return
+    try:
         fence.check()
+    except Exception:
+        if staged is not None:  # a fenced writer leaves no staged cursor behind
+            try:
+                os.unlink(staged)
+            except OSError:
+                pass
+        raise
 
 
 def load_checkpoint(path: str, step: int | str | None = None, *, load_optim: bool = True,
