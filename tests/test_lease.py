@@ -141,3 +141,34 @@ def test_old_lease_json_without_the_new_field_is_still_valid(tmp_path):
         {**json.loads((tmp_path / "lease.json").read_text()), "commander_epoch": "7"})
     assert "lacks epoch" in _lease_fields({k: v for k, v in json.loads((tmp_path / "lease.json").read_text()).items()
                                           if k != "epoch"})
+
+
+def test_epochs_never_repeat_when_lease_json_is_deleted_under_a_live_run(tmp_path):
+    """Deleting lease.json of a live run must not hand the relaunch the live writer's epoch
+    (two writers with one epoch in publish.jsonl): the epoch log keeps counting."""
+    from trainstack.fence import Fence
+
+    path = tmp_path / "lease.json"
+    live = Lease.acquire(path, ttl_s=60)
+    assert live.record.epoch == 1
+    path.unlink()
+    relaunch = Lease.acquire(path, ttl_s=60)
+    assert relaunch.record.epoch == 2
+    assert Fence(str(path), live.record.token, live.record.epoch, 0.1).problem() is not None  # the live one is fenced
+    path.unlink()
+    (tmp_path / "lease.epochs").unlink()  # both gone: publish.jsonl still remembers
+    ck = tmp_path / "checkpoints"
+    ck.mkdir()
+    (ck / "publish.jsonl").write_text(json.dumps({"iter": 9, "epoch": 3}) + "\n{torn")
+    assert Lease.acquire(path, ttl_s=60).record.epoch == 4
+
+
+def test_a_finished_epoch_3_run_relaunches_above_every_recorded_epoch(tmp_path):
+    path = tmp_path / "lease.json"
+    for want in (1, 2, 3):
+        lease = Lease.acquire(path, ttl_s=60)
+        assert lease.record.epoch == want
+        lease.release()
+    path.unlink()
+    assert Lease.acquire(path, ttl_s=60).record.epoch == 4
+    assert [int(x) for x in (tmp_path / "lease.epochs").read_text().split()] == [1, 2, 3, 4]

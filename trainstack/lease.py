@@ -7,6 +7,9 @@ expiry has passed can be taken over; so can one whose holder is a dead process o
 once the trainer process group it started is gone too (a launcher killed with SIGKILL leaves its
 trainer finishing a final checkpoint: the relaunch waits for it). A holder that finds another
 token in `lease.json` has lost the lease; its trainer is fenced (trainstack/fence.py).
+Epochs never repeat: each one is reserved in an append-only `lease.epochs` before it is linked
+into `lease.json`, and a new epoch is above everything there and in publish.jsonl, so deleting
+`lease.json` of a live run cannot give a relaunch the live writer's epoch.
 Under the Lium commander the record also names the commander epoch it runs under, so that a
 worker of a newer commander epoch takes the run dir over and one of an older epoch never does.
 """
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from trainstack.fence import Epoch, commander_epoch
+from trainstack.rundir.layout import CHECKPOINTS, PUBLISH_LOG
 from trainstack.procgroup import group_alive as _group_alive
 from trainstack.procgroup import group_members as group_members  # re-exported: older imports keep working
 from trainstack.procgroup import pid_alive as pid_alive
@@ -90,6 +94,41 @@ def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:
     return not (rec.trainer_pgid and _group_alive(rec.trainer_pgid))
 
 
+EPOCH_LOG = "lease.epochs"  # next to lease.json: every epoch ever reserved, one per line (append-only)
+
+
+def epoch_floor(path: str | Path) -> Epoch:
+    """The highest epoch this run dir has ever granted or published under, whatever happened to
+    lease.json (deleted by hand, replaced by a copy): the epoch log (append-only, so racing writers
+    can never lower its max) and the epochs recorded in checkpoints/publish.jsonl."""
+    run_dir = Path(path).parent
+    best = 0
+    for log, key in ((run_dir / EPOCH_LOG, None), (run_dir / CHECKPOINTS / PUBLISH_LOG, "epoch")):
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                value = json.loads(line)
+                ep = value.get(key) if key is not None and isinstance(value, dict) else value
+            except ValueError:
+                continue  # a torn line
+            if isinstance(ep, int) and not isinstance(ep, bool):
+                best = max(best, ep)
+    return best
+
+
+def _reserve(path: Path, epoch: Epoch) -> None:
+    """Record `epoch` before it can be held: every epoch in lease.json is <= the log's max."""
+    fd = os.open(path.parent / EPOCH_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{epoch}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def heartbeat_interval(ttl_s: float) -> float:
     return max(ttl_s / 4.0, 0.2)
 
@@ -114,7 +153,7 @@ class Lease:
         seen_epoch = 0
         for _ in range(attempts):
             current = _read(path)
-            seen_epoch = max(seen_epoch, current.epoch if current else 0)
+            seen_epoch = max(seen_epoch, current.epoch if current else 0, epoch_floor(path))
             now = time.time()
             rec = LeaseRecord(token=secrets.token_hex(16), host=hostname(), pid=os.getpid(), since=now,
                               heartbeat=now, expires_at=now + ttl_s, ttl_s=ttl_s, epoch=seen_epoch + 1,
@@ -122,6 +161,8 @@ class Lease:
             tmp = path.with_name(f".lease.{rec.token}")
             tmp.write_text(json.dumps(asdict(rec)))
             try:
+                if not path.exists():  # the link can succeed: epochs never repeat, even without lease.json
+                    _reserve(path, rec.epoch)
                 os.link(tmp, path)
                 return cls(path, rec)
             except FileExistsError:
