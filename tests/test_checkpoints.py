@@ -4,6 +4,7 @@ exactly that (docs/resume.md)."""
 import json
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -170,3 +171,79 @@ def test_any_damage_resumes_from_a_complete_checkpoint_or_none(tmp_path_factory,
     names = {p.name for p in save.iterdir() if p.name.startswith("iter_")}
     assert all(int(n[5:]) <= (st_.latest_complete if st_.latest_complete is not None else -1) for n in names)
     assert os.path.exists(save / TRACKER) == (st_.latest_complete is not None)
+
+
+def hashed_iter(save, n, epoch=None):
+    """A tiny checkpoint as the tiny trainer writes it: sizes and SHA-256 of every file in the manifest."""
+    import hashlib
+
+    d = make_iter(save, n, TINY_FILES, cursor=True)
+    rel = [f"iter_{n:07d}/{f}" for f in TINY_FILES] + [f"rollout/global_dataset_state_dict_{n}.pt"]
+    sums = {r: hashlib.sha256((save / r).read_bytes()).hexdigest() for r in rel}
+    (d / "manifest.json").write_text(Manifest.of_files(str(save), n, rel, "test", epoch, sums).to_json())
+    return d
+
+
+@pytest.mark.parametrize("victim", ["model.pt", "optimizer.pt", "rng.pt", "scheduler.pt", "meta.json", "cursor"])
+def test_same_size_corruption_falls_back_to_the_previous_checkpoint(tmp_path, victim):
+    hashed_iter(tmp_path, 1)
+    d = hashed_iter(tmp_path, 3)
+    track(tmp_path, 3)
+    assert inspect(str(tmp_path), verify=True).latest_complete == 3
+    path = tmp_path / "rollout" / "global_dataset_state_dict_3.pt" if victim == "cursor" else d / victim
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0xFF  # same size, other bytes: the sizes alone cannot tell
+    path.write_bytes(bytes(data))
+    assert inspect(str(tmp_path)).latest_complete == 3  # status (sizes only) is cheap and cannot see it
+    st_ = inspect(str(tmp_path), verify=True)
+    assert st_.latest_complete == 1 and "does not match its checksum" in st_.problem
+    plan_recovery(st_).apply(str(tmp_path))  # never a crash loop: the next plan is clean
+    assert plan_recovery(inspect(str(tmp_path), verify=True)) is None
+
+
+@pytest.mark.parametrize("victim", ["optimizer.pt", "rng.pt", "scheduler.pt", "cursor"])
+def test_without_a_manifest_every_required_file_must_be_there(tmp_path, victim):
+    hashed_iter(tmp_path, 1)
+    d = hashed_iter(tmp_path, 3)
+    track(tmp_path, 3)
+    (d / "manifest.json").unlink()
+    assert inspect(str(tmp_path), verify=True).latest_complete == 3  # all there: still complete
+    (tmp_path / "rollout" / "global_dataset_state_dict_3.pt" if victim == "cursor" else d / victim).unlink()
+    st_ = inspect(str(tmp_path), verify=True)
+    assert st_.latest_complete == 1 and "has no manifest and lacks" in st_.problem
+
+
+def test_the_tiny_trainer_writes_checksums_and_a_staged_cursor(tmp_path):
+    from trainstack.tiny.checkpoint import TrainState, save_checkpoint
+
+    state = TrainState(model={"w": 1}, optimizer={"o": 2}, scheduler={"s": 3}, rng={"r": 4}, meta={"m": 5})
+    save_checkpoint(str(tmp_path), 2, state, cursor=b"cursor")
+    m = Manifest.read(str(tmp_path), 2)
+    assert set(m.sha256) == set(m.files) and "rollout/global_dataset_state_dict_2.pt" in m.files
+    assert os.listdir(tmp_path / "rollout") == ["global_dataset_state_dict_2.pt"]  # no staging leftover
+    assert problem_of(str(tmp_path), 2, verify=True) is None
+
+
+class _Run:
+    def __init__(self, run_dir, allow=()):
+        from trainstack.schema import HubSpec, ResumeSpec
+
+        self.run_id, self.run_dir, self.inputs = "r1", str(run_dir), {}
+        self.args = {"save": str(run_dir / "checkpoints"), "num_rollout": 10}
+        self.resume, self.hub = ResumeSpec(allow_changes=list(allow)), HubSpec()
+
+
+def test_a_lost_checkpoint_dir_of_a_run_that_recorded_checkpoints_is_refused(tmp_path):
+    from trainstack.errors import ConfigErrors
+    from trainstack.resume import FRESH, plan
+    from trainstack.rundir import RunDir
+
+    rd = RunDir(tmp_path)
+    assert plan(_Run(tmp_path), rd).action == FRESH  # a new run
+    rd.update_status(state="interrupted", last_checkpoint=None)
+    rd.event("resume", from_rollout=5, checkpoint=4)
+    with pytest.raises(ConfigErrors) as exc:
+        plan(_Run(tmp_path), rd)
+    text = str(exc.value.errors[0].__dict__)
+    assert "up to rollout 4" in text and "resume.allow_changes=[checkpoints]" in text
+    assert plan(_Run(tmp_path, allow=["checkpoints"]), rd).action == FRESH  # explicit consent

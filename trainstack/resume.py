@@ -7,6 +7,7 @@ points the tracker at it) and belongs to the same training config.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -111,12 +112,40 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
             + "".join(f" nor on {r.where}" for r in remotes.values()),
             "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
     if not state.resumable:
+        refuse_lost_checkpoints(run, rundir, save)
         return ResumePlan(FRESH, state, 0, num_rollout, remotes=remotes)
     assert state.latest_complete is not None  # resumable
     start = state.latest_complete + 1
     if isinstance(num_rollout, int) and num_rollout <= start:
         return ResumePlan(FINISHED, state, start, num_rollout, changes, source, remotes)
     return ResumePlan(RESUME, state, start, num_rollout, changes, source, remotes)
+
+
+LOST_CONSENT = "checkpoints"  # resume.allow_changes=[checkpoints]: start over although the run recorded some
+
+
+def recorded_checkpoint(rundir: RunDir) -> int | None:
+    """The newest checkpoint status.json or events.jsonl say this run had (None: none recorded)."""
+    seen = [rundir.status().get("last_checkpoint")]
+    seen += [e.get("latest_checkpoint", e.get("checkpoint")) for e in rundir.events()
+             if e.get("event") in ("resume", "finished")]
+    found = [n for n in seen if isinstance(n, int) and not isinstance(n, bool)]
+    return max(found) if found else None
+
+
+def refuse_lost_checkpoints(run: PlannedRun, rundir: RunDir, save: str) -> None:
+    """A save dir that is gone while the run recorded checkpoints is a lost disk or a wrong mount,
+    not a new run: a silent fresh start would retrain from zero under the same run_id."""
+    if LOST_CONSENT in run.resume.allow_changes or os.path.isdir(save):
+        return
+    last = recorded_checkpoint(rundir)
+    if last is None:
+        return
+    raise ConfigErrors([ConfigError(
+        "resume", f"run {run.run_id} recorded checkpoints up to rollout {last}, but its checkpoint dir {save} is "
+        "gone; starting now would silently retrain from zero under the same run_id",
+        f"restore {save} (or its Hub copy), or start over knowingly with resume.allow_changes=[{LOST_CONSENT}]",
+        value=save, source=run.run_dir)])
 
 
 def lookup_remotes(run: PlannedRun, local_latest: int | None, dry: bool) -> dict[str, hooks.RemoteCheckpoint]:
