@@ -247,3 +247,14 @@ def test_a_lost_checkpoint_dir_of_a_run_that_recorded_checkpoints_is_refused(tmp
     text = str(exc.value.errors[0].__dict__)
     assert "up to rollout 4" in text and "resume.allow_changes=[checkpoints]" in text
     assert plan(_Run(tmp_path, allow=["checkpoints"]), rd).action == FRESH  # explicit consent
+
+
+def test_a_staged_cursor_of_a_killed_save_is_moved_aside(tmp_path):
+    hashed_iter(tmp_path, 2)
+    track(tmp_path, 2)
+    (tmp_path / "rollout" / "global_dataset_state_dict_3.pt.staging.99.abc").write_bytes(b"half")
+    st_ = inspect(str(tmp_path))
+    assert st_.latest_complete == 2 and st_.leftovers == ("rollout/global_dataset_state_dict_3.pt.staging.99.abc",)
+    plan_recovery(st_).apply(str(tmp_path))
+    assert os.listdir(tmp_path / "rollout") == ["global_dataset_state_dict_2.pt"]
+    assert plan_recovery(inspect(str(tmp_path), verify=True)) is None

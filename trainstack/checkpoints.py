@@ -155,7 +155,15 @@ def _listing(save_dir: str) -> tuple[list[int], list[str]]:
     except OSError:
         return [], []
     iters = sorted((int(m.group(1)) for n in names if (m := _ITER_RE.match(n))), reverse=True)
-    return iters, sorted(n for n in names if _STAGING_RE.match(n))
+    leftovers = sorted(n for n in names if _STAGING_RE.match(n))
+    cursors = os.path.dirname(data_cursor(0))
+    if cursors in names:  # data cursors staged by killed tiny saves
+        try:
+            leftovers += sorted(f"{cursors}/{n}" for n in os.listdir(os.path.join(save_dir, cursors))
+                                if ".staging." in n)
+        except OSError:
+            pass
+    return iters, leftovers
 
 
 def iterations(save_dir: str) -> list[int]:
@@ -316,7 +324,7 @@ def move_aside(save_dir: str, names: list[str]) -> list[str]:
         if not os.path.lexists(src):
             continue
         os.makedirs(os.path.join(save_dir, INCOMPLETE_DIR), exist_ok=True)
-        dst = os.path.join(save_dir, INCOMPLETE_DIR, f"{name}.{stamp}")
+        dst = os.path.join(save_dir, INCOMPLETE_DIR, f"{name.replace('/', '__')}.{stamp}")
         os.replace(src, dst)
         moved.append(dst)
     return moved
