@@ -17,7 +17,8 @@ def write_checkpoint(save: Path, n: int, payload: bytes | None = None, complete:
     d = save / iter_name(n)
     d.mkdir(parents=True, exist_ok=True)
     files = {f"{iter_name(n)}/model.pt": payload or os.urandom(2048 + n),
-             f"{iter_name(n)}/optimizer.pt": os.urandom(1024), f"{iter_name(n)}/rng.pt": os.urandom(64)}
+             f"{iter_name(n)}/optimizer.pt": os.urandom(1024), f"{iter_name(n)}/rng.pt": os.urandom(64),
+             f"{iter_name(n)}/scheduler.pt": os.urandom(48)}
     if complete:
         files[f"rollout/global_dataset_state_dict_{n}.pt"] = os.urandom(32)
         files[f"{iter_name(n)}/meta.json"] = json.dumps({"rollout_id": n}).encode()

@@ -345,7 +345,7 @@ def test_hub_ls_and_pull_an_older_checkpoint(fake_hub, tmp_path, capsys):
     assert cli.main(["hub", "ls", "r", "--repo-id", REPO, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["pointer"]["iteration"] == 3
-    assert [(c["iteration"], c["files"], c["complete"]) for c in data["checkpoints"]] == [(3, 5, True), (1, 5, True)]
+    assert [(c["iteration"], c["files"], c["complete"]) for c in data["checkpoints"]] == [(3, 6, True), (1, 6, True)]
     assert cli.main(["hub", "pull", "r", "--repo-id", REPO, "--iter", "1", "--to", str(tmp_path / "old")]) == 0
     assert {rel: (tmp_path / "old" / rel).read_bytes() for rel in written[1]} == written[1]
     assert (tmp_path / "old" / "latest_checkpointed_iteration.txt").read_text() == "1"
