@@ -258,3 +258,19 @@ def test_a_staged_cursor_of_a_killed_save_is_moved_aside(tmp_path):
     plan_recovery(st_).apply(str(tmp_path))
     assert os.listdir(tmp_path / "rollout") == ["global_dataset_state_dict_2.pt"]
     assert plan_recovery(inspect(str(tmp_path), verify=True)) is None
+
+
+def test_the_resume_plan_verifies_content_and_falls_back(tmp_path):
+    from trainstack.resume import RESUME, plan
+    from trainstack.rundir import RunDir
+
+    save = tmp_path / "checkpoints"
+    hashed_iter(save, 1)
+    d = hashed_iter(save, 3)
+    track(save, 3)
+    assert plan(_Run(tmp_path), RunDir(tmp_path)).from_rollout == 4
+    data = bytearray((d / "rng.pt").read_bytes())
+    data[-1] ^= 1
+    (d / "rng.pt").write_bytes(bytes(data))
+    rp = plan(_Run(tmp_path), RunDir(tmp_path))
+    assert rp.action == RESUME and rp.from_rollout == 2 and "rng.pt does not match its checksum" in rp.checkpoint.problem

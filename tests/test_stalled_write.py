@@ -62,6 +62,13 @@ def test_a_stalled_tracker_rename_that_lands_late_never_rolls_the_run_back(tmp_p
     assert lines[-1]["epoch"] == 1 and lines[-2] == {**lines[-2], "iter": 8, "epoch": 2}
     st_ = inspect(str(save), verify=True)
     assert st_.latest_complete == 8 and st_.unpublished == () and "epoch 2 published iter_0000008" in st_.problem
+    from test_checkpoints import _Run
+
+    from trainstack.resume import RESUME, plan
+    from trainstack.rundir import RunDir
+
+    rp = plan(_Run(tmp_path), RunDir(tmp_path))  # what the relaunch does: resume after 8, not after 3
+    assert rp.action == RESUME and rp.from_rollout == 9
     rec = plan_recovery(st_)
     assert rec is not None and rec.move_aside == () and rec.tracker == 8
     assert rec.apply(str(save)) == []
