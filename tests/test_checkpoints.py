@@ -19,7 +19,7 @@ def make_iter(save, n, files=TINY_FILES, manifest=False, cursor=False):
     d.mkdir(parents=True)
     rel = []
     for f in files:
-        (d / f).write_bytes(b"x" * (n + 3))
+        (d / f).write_bytes(json.dumps({"rollout_id": n}).encode() if f == "meta.json" else b"x" * (n + 3))
         rel.append(f"iter_{n:07d}/{f}")
     if cursor:
         (save / "rollout").mkdir(exist_ok=True)
@@ -274,3 +274,18 @@ def test_the_resume_plan_verifies_content_and_falls_back(tmp_path):
     (d / "rng.pt").write_bytes(bytes(data))
     rp = plan(_Run(tmp_path), RunDir(tmp_path))
     assert rp.action == RESUME and rp.from_rollout == 2 and "rng.pt does not match its checksum" in rp.checkpoint.problem
+
+
+def test_without_a_manifest_meta_json_names_what_the_save_wrote(tmp_path):
+    """--no-save-optim: the tiny trainer's meta.json lists the files it saved, so a checkpoint whose
+    manifest is gone still counts as complete without optimizer.pt; an unreadable meta.json does not."""
+    from trainstack.tiny.checkpoint import TrainState, save_checkpoint
+
+    state = TrainState(model={"w": 1}, optimizer=None, scheduler={"s": 3}, rng={"r": 4}, meta={"m": 5})
+    save_checkpoint(str(tmp_path), 2, state, cursor=b"cursor")
+    (tmp_path / "iter_0000002" / "manifest.json").unlink()
+    assert problem_of(str(tmp_path), 2, needs_cursor=True) is None
+    (tmp_path / "iter_0000002" / "rng.pt").unlink()
+    assert "lacks rng.pt" in problem_of(str(tmp_path), 2, needs_cursor=True)
+    (tmp_path / "iter_0000002" / "meta.json").write_bytes(b"\xff" * 10)
+    assert "meta.json is unreadable" in problem_of(str(tmp_path), 2, needs_cursor=True)

@@ -134,7 +134,13 @@ def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False, verif
             return f"its data cursor {data_cursor(rollout_id)} is missing (the data would restart from the beginning)"
         return None
     if all(m in names for m in LEGACY_TINY_MARKER):  # a tiny checkpoint whose manifest is gone
-        missing = [m for m in TINY_REQUIRED if m not in names]
+        try:
+            with open(os.path.join(save_dir, iter_name(rollout_id), "meta.json"), encoding="utf-8") as f:
+                listed = json.load(f).get("files")
+        except (OSError, ValueError, AttributeError) as ex:
+            return f"{iter_name(rollout_id)} has no manifest and its meta.json is unreadable ({ex})"
+        required = [str(n) for n in listed] if isinstance(listed, list) else list(TINY_REQUIRED)  # older: all
+        missing = [m for m in required if m not in names]
         if needs_cursor and not os.path.exists(os.path.join(save_dir, data_cursor(rollout_id))):
             missing.append(data_cursor(rollout_id))
         if missing:

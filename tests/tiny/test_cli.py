@@ -187,7 +187,7 @@ def test_latest_complete(tmp_path):
     (d / "model.pt").write_bytes(b"x")
     (tmp_path / TRACKER).write_text("3")
     assert latest_complete(tmp_path) is None  # no meta.json: incomplete
-    (d / "meta.json").write_text("{}")
+    (d / "meta.json").write_text(json.dumps({"files": ["model.pt"]}))  # meta.json lists what the save wrote
     assert latest_complete(tmp_path) == 3
     (tmp_path / TRACKER).write_text("release")
     assert latest_complete(tmp_path) is None
