@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from trainstack.fence import Epoch, commander_epoch
-from trainstack.rundir.layout import CHECKPOINTS, PUBLISH_LOG
+from trainstack.rundir.layout import CHECKPOINTS, LEASE_EPOCHS, PUBLISH_LOG
 from trainstack.procgroup import group_alive as _group_alive
 from trainstack.procgroup import group_members as group_members  # re-exported: older imports keep working
 from trainstack.procgroup import pid_alive as pid_alive
@@ -94,7 +94,7 @@ def is_stale(rec: LeaseRecord, now: float | None = None) -> bool:
     return not (rec.trainer_pgid and _group_alive(rec.trainer_pgid))
 
 
-EPOCH_LOG = "lease.epochs"  # next to lease.json: every epoch ever reserved, one per line (append-only)
+EPOCH_LOG = LEASE_EPOCHS  # next to lease.json, append-only
 
 
 def epoch_floor(path: str | Path) -> Epoch:
