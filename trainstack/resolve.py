@@ -19,7 +19,7 @@ from typing import Any
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.rundir import layout
-from trainstack.secrets import env_fix, is_secret_name, redact_override
+from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
 from trainstack.schema import (
     DEST_NAMESPACES,
     HubSpec,
@@ -540,6 +540,8 @@ def secret_paths(node: Any, prefix: str) -> list[str]:
     elif isinstance(node, list):
         for i, v in enumerate(node):
             out += secret_paths(v, f"{prefix}[{i}]")
+    elif isinstance(node, str) and secret_in_value(node):  # a secret's value, a URL's password, a JSON string
+        out.append(prefix)
     return out
 
 
