@@ -23,6 +23,8 @@ from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
 _FREE_MAPS = {"runtime_env.env_vars", "cluster.extra"}  # user-named keys
+_STRING_SCALARS = ("run_id", "name")  # names: `run_id=123` is the string "123"
+_NUMBER = re.compile(r"^[+-]?(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 @lru_cache(maxsize=None)
@@ -53,6 +55,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         return token, None
     if key == "resume" and value is not None and prefix == "":  # shorthand: resume=never
         return f"resume.mode={value}", None
+    if key in _STRING_SCALARS and value is not None and _NUMBER.match(value):  # run_id=123: a name, not a number
+        return f"{prefix}{key}='{value}'", None
     if head in GROUPS and not rest:  # group choice: model=qwen3-4B
         options = group_options(conf_dir, head)
         vals = _simple_values(value or "")
@@ -218,13 +222,16 @@ def yaml_errors(conf_dirs: str, overrides: list[str]) -> list[ConfigError]:
     """A broken YAML file is one message naming the file and line, not a parser traceback; so is a key
     written twice in one mapping and an anchor that contains itself (`conf_dirs`: os.pathsep-joined,
     the packaged conf/ and a --config-dir)."""
-    from trainstack.hydra_errors import structure_errors
+    from trainstack.hydra_errors import not_text_error, structure_errors
 
     errors = []
     for path in _selected_files([Path(d) for d in conf_dirs.split(os.pathsep)], overrides):
         try:
             text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        except UnicodeDecodeError:
+            errors.append(not_text_error(path))
+            continue
+        except OSError:
             continue
         errors += structure_errors(path, text)
     return errors

@@ -188,7 +188,7 @@ def absolute(path: str, cwd: str) -> str:
     if not isinstance(path, str) or "://" in path:
         return path
     p = Path(os.path.expanduser(path))
-    return str(p if p.is_absolute() else (Path(cwd) / p).resolve())
+    return str(p if p.is_absolute() else os.path.realpath(Path(cwd) / p))  # a symlink loop: host checks name it
 
 
 def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> list[ConfigError]:
@@ -299,6 +299,8 @@ def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[
 def normalise_append(spec: at.ArgSpec, value: Any) -> Any:
     """An append action that takes values (`--router-prefill URL [PORT]`, repeated) holds one list per
     occurrence in slime's namespace: `[url1, url2]` is written as `[[url1], [url2]]`."""
+    if spec.kind == at.APPEND and value is not None and not isinstance(value, list):
+        value = [value]  # one occurrence: `args.router_prefill=URL`
     if spec.kind != at.APPEND or spec.nargs is None or not isinstance(value, list):
         return value
     return [v if isinstance(v, list) else [v] for v in value]
