@@ -252,6 +252,14 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
     if not base.is_dir():
         return [ConfigError(key, f"{base} is a file, so {run_dir} cannot be created", "set paths.runs_root to a "
                             "directory (or a path where one can be created)", value=str(runs_root))]
+    from trainstack.rundir import layout
+
+    for name in (layout.LOGS, layout.CHECKPOINTS, layout.TENSORBOARD):  # a run dir's own folders
+        sub = run_dir / name
+        if sub.exists() and not sub.is_dir():
+            return [ConfigError(str(sub), f"is a file where the run keeps its {name} directory",
+                                f"move it aside (mv {sub} {sub}.bak); trainstack recreates the directory",
+                                value=str(sub))]
     if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
         return [ConfigError(key, f"{base} is not writable, so {run_dir} cannot be created",
                             "set paths.runs_root to a writable directory", value=str(runs_root))]
