@@ -297,8 +297,11 @@ def prepared_root_problems(facts: HostFacts) -> list[ConfigError]:
     if not base.is_dir():
         return [ConfigError(key, f"{base} is a file, so the env's data cannot be written under {root}", fix,
                             value=str(root))]
-    if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
-        return [ConfigError(key, f"{base} is not writable, so the env's data cannot be written under {root}", fix,
+    from trainstack.outputs import cannot_create_in
+
+    why = "not writable" if not os.access(base, os.W_OK | os.X_OK) or _read_only(base) else cannot_create_in(base)
+    if why:
+        return [ConfigError(key, f"{base}: {why}, so the env's data cannot be written under {root}", fix,
                             value=str(root))]
     return []
 

@@ -37,14 +37,14 @@ def output_problem(path: str, key: str, suffixes: tuple[str, ...] = ()) -> Confi
     except OSError:
         pass
     if not p.exists():  # permissions say yes, the filesystem may still say no (/proc, /sys): ask it
-        why = _cannot_create_in(base)
+        why = cannot_create_in(base)
         if why:
             return ConfigError(key, f"no file can be created in {base} ({why})", "choose a writable location",
                                value=path)
     return None
 
 
-def _cannot_create_in(directory: Path) -> str:
+def cannot_create_in(directory: Path) -> str:
     """Why no file can be created in `directory` ("" when one can): a probe file, removed at once."""
     probe = directory / f".trainstack-probe-{os.getpid()}"
     try:
