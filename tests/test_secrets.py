@@ -260,3 +260,20 @@ def test_secret_in_a_config_file_under_an_innocent_key(tmp_path):
     assert "args.train_env_vars" in out and "hub.repo_id" in out
     assert "x-sekret-file-4" not in out and HF not in out
     assert not (tmp_path / "runs").exists()
+
+
+def test_run_dir_files_never_hold_a_secret_value(tmp_path, monkeypatch):
+    """The last net: whatever a caller passes (an exception's text, a status field), a value of a
+    secret environment variable never reaches events.jsonl or a file written through atomic_write."""
+    from trainstack.rundir import RunDir, atomic_write
+
+    monkeypatch.setenv("HF_TOKEN", HF)
+    rd = RunDir(tmp_path / "r")
+    rd.event("start_failed", error=f"401 for token {HF} at https://user:pw-sekret-3@hub.example")
+    rd.update_status(state="failed", error=f"HTTP error, token={HF}")
+    atomic_write(tmp_path / "r" / "x.json", json.dumps({"note": HF}))
+    for p in (tmp_path / "r").rglob("*"):
+        if p.is_file():
+            text = p.read_text()
+            assert HF not in text and "pw-sekret-3" not in text, p
+    assert "<redacted>" in (tmp_path / "r" / "events.jsonl").read_text()

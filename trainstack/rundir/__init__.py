@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack.rundir import layout
+from trainstack.secrets import scrub
 
 if TYPE_CHECKING:
     from trainstack.runspec import RunSpec
@@ -28,7 +29,7 @@ def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+        f.write(scrub(text))  # the last net: no secret value reaches a run-dir file
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -107,7 +108,7 @@ class RunDir:
         line = json.dumps({"time": now_iso(), "event": event, "host": socket.gethostname(), "pid": os.getpid(),
                            **fields}, default=str)
         with open(self.events_file, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+            f.write(scrub(line) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
