@@ -277,3 +277,13 @@ def test_run_dir_files_never_hold_a_secret_value(tmp_path, monkeypatch):
             text = p.read_text()
             assert HF not in text and "pw-sekret-3" not in text, p
     assert "<redacted>" in (tmp_path / "r" / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize("argv", [["render", "--format", HF], ["status", "--json", "--wide", "--runs-root"],
+                                  ["exec", HF]])
+def test_trainstack_subcommand_errors_never_echo_a_secret(argv, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_TOKEN": HF}
+    res = subprocess.run([sys.executable, "-m", "trainstack", *argv], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert HF not in res.stdout + res.stderr and "Traceback" not in res.stderr

@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from typing import NoReturn
 
 from trainstack.errors import ConfigErrors, report_and_exit
 
@@ -241,8 +242,17 @@ def add_commander(sub) -> None:
 # --- end commander ---------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors echo what was typed: a secret after a misplaced flag is hidden (subcommands too)."""
+
+    def error(self, message: str) -> NoReturn:
+        from trainstack.secrets import redact_text
+
+        super().error(redact_text(message))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
+    parser = _Parser(prog="trainstack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="compose, validate and launch a run: the same as `python run.py ...` "
                    "(Hydra overrides, -m for sweeps, --help for its own help)", add_help=False)
