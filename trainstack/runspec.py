@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import os
 import socket
 import subprocess
 from dataclasses import dataclass, field
@@ -159,7 +160,7 @@ def rebase(spec: RunSpec, here: Path, where: str = "") -> RunSpec:
     old, new = spec.run_dir.rstrip("/"), str(here.resolve())
     if not old or old == new:
         return spec
-    busy = _live_lease(Path(old))
+    busy = "" if _same_dir(old, new) else _live_lease(Path(old))  # one dir by two paths (a bind mount): no copy
     if busy:
         raise ConfigErrors([ConfigError(where or str(here / layout.SPEC), f"this run dir is a copy of {old}, which is "
                                         f"being run right now ({busy}); running the copy too would train one run "
@@ -177,6 +178,13 @@ def rebase(spec: RunSpec, here: Path, where: str = "") -> RunSpec:
 
     return dataclasses.replace(spec, run_dir=new, command=move(spec.command), args=move(spec.args),
                                config=move(spec.config), inputs=move(spec.inputs))
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _live_lease(run_dir: Path) -> str:
