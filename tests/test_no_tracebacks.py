@@ -405,7 +405,7 @@ def test_numbers_out_of_range_are_refused_naming_the_key_or_safe(key, value, scr
             run, _cmd = build_from_overrides(overrides)
         except ConfigErrors as err:
             check_refusal(err)
-            assert any(e.key == key for e in err.errors), (key, value, [e.key for e in err.errors])
+            assert key in err.render(), (key, value, [e.key for e in err.errors])  # itself, or in a rule with it
             return
     section, name = key.split(".")
     got = getattr(getattr(run, section), name)
@@ -416,3 +416,32 @@ def test_numbers_out_of_range_are_refused_naming_the_key_or_safe(key, value, scr
             assert heartbeat_interval(got) <= threading.TIMEOUT_MAX
     elif got is not None:
         assert got >= 0, (key, got)
+
+
+def test_unreadable_checkpoint_is_named_before_the_trainer_fails(tmp_path, monkeypatch):
+    """A file of the checkpoint a resume loads that cannot be read here (its permissions) is one
+    message naming the file and the fix, from the relaunch's and exec's checks; before, the
+    completeness test (sizes only) passed it and the trainer failed with a traceback. Tests run as
+    root, so the permission is taken away through os.access."""
+    from trainstack import runspec
+    from trainstack.preflight import check_stored
+
+    run_id = build_run_tree(tmp_path)
+    run_dir = tmp_path / "runs" / run_id
+    victim = next(p for p in (run_dir / "checkpoints" / "iter_0000003").rglob("*") if p.is_file())
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == victim and mode & os.R_OK
+                        else real_access(p, mode, **kw))
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigErrors) as exc:
+        check_stored(runspec.load(run_dir))
+    text = exc.value.render()
+    assert str(victim) in text and "permission denied" in text and "chmod" in text
+    with cwd(tmp_path), pytest.raises(ConfigErrors) as exc:
+        from trainstack.pipeline import build_from_overrides
+        from trainstack.preflight import preflight
+
+        run, cmd = build_from_overrides(RELAUNCH)
+        preflight(run, cmd, launching=True)
+    assert str(victim) in exc.value.render()
+    assert snapshot(tmp_path) == before

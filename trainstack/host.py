@@ -101,6 +101,7 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
         errors += plugin_problems(facts)
         errors += runs_root_problems(facts, free_space=True)
         errors += prepared_root_problems(facts)
+        errors += checkpoint_read_problems(facts)
     return errors
 
 
@@ -280,6 +281,27 @@ def _broken_link(path: Path) -> Path | None:
         if p.is_symlink() and not p.exists():
             return p
     return None
+
+
+def checkpoint_read_problems(facts: HostFacts) -> list[ConfigError]:
+    """The checkpoint a resume loads must be readable here: the completeness test reads sizes only,
+    and an unreadable file would fail the trainer with a traceback after the launch."""
+    from trainstack.checkpoints import inspect
+    from trainstack.rundir import layout
+
+    save = str(facts.args.get("load") or Path(facts.run_dir) / layout.CHECKPOINTS)
+    latest = inspect(save).latest_complete
+    if latest is None:
+        return []
+    iter_dir = Path(save) / layout.iter_name(latest)
+    for dirpath, dirnames, filenames in os.walk(iter_dir):
+        for name in [*dirnames, *filenames]:
+            p = Path(dirpath) / name
+            if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+                return [ConfigError(str(p), "cannot be read here (permission denied): resuming loads it",
+                                    f"make it readable (chmod -R u+rX {iter_dir}), or move {iter_dir} aside to "
+                                    "resume from the checkpoint before it", value=str(p))]
+    return []
 
 
 def prepared_root_problems(facts: HostFacts) -> list[ConfigError]:

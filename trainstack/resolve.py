@@ -188,7 +188,12 @@ def absolute(path: str, cwd: str) -> str:
     if not isinstance(path, str) or "://" in path:
         return path
     p = Path(os.path.expanduser(path))
-    return str(p if p.is_absolute() else os.path.realpath(Path(cwd) / p))  # a symlink loop: host checks name it
+    if p.is_absolute():
+        return str(p)
+    try:
+        return os.path.realpath(Path(cwd) / p)  # a symlink loop stays as written: the host checks name it
+    except (ValueError, OSError):  # a NUL byte: the path checks name it
+        return os.path.abspath(Path(cwd) / p)
 
 
 def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> list[ConfigError]:
