@@ -143,7 +143,7 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
             key = key.lstrip("+~")
             leaf = next((m for m in re.findall(r"[A-Za-z_][\w]*", value) if is_secret_name(m)), key)
             why = secret_in_value(value)
-            fix = env_fix(key if is_secret_name(key.rsplit(".", 1)[-1]) or not why.startswith("it holds") else leaf)
+            fix = env_fix(key if is_secret_name(key.rsplit(".", 1)[-1]) else leaf)
             if "URL" in why:
                 fix = f"drop user:password@ from {key}; " + fix
             errors.append(ConfigError(key, f"holds a secret{f' ({why})' if why else ''}; secrets must not be put "

@@ -35,6 +35,7 @@ RUNTIME_ENV_ALLOWED = ("TRAINSTACK_METRICS_FILE", "TRAINSTACK_RUN_ID", "TRAINSTA
 MIN_SECRET_LEN = 6
 
 
+@lru_cache(maxsize=8192)  # asked for every env var on every scrub: a pure function of the name
 def is_secret_name(name: str) -> bool:
     n = name.lower()
     return n in _SECRET_EXACT or n.endswith(("_token", "_api_key")) and not n.endswith(_NOT_SECRET_SUFFIXES) \
@@ -115,7 +116,7 @@ def _secret_keys(node: Any) -> bool:
 # --- by name: `name=value` / `name: value` / `"name": value` in free text -----------------------
 _PLACEHOLDERS = ("$(", "${", "<")  # a shell substitution, <redacted>, <token>: no value to hide
 # No value to hide either: empty, or a hint's placeholder (`write key=value`).
-_EMPTY = {"", "null", "None", "...", "''", '""', "value", "VALUE", "VALUE)", "value)"}
+_EMPTY = {"", "null", "None", "...", "''", '""', "value", "VALUE"}
 # The lookbehind keeps a name from starting inside a word: one attempt per word, so linear time.
 _NAME_SEP = re.compile(r"(?<![\w.+~\\-])(?:\\?[\"'])?([A-Za-z_+~][\w.+~-]*)(?:\\?[\"'])?(\s*[:=]\s*)")
 _OPEN, _CLOSE_CHARS = "[{(", "]})"
