@@ -55,10 +55,6 @@ def translate(ex: BaseException, conf_dirs: list[str]) -> ConfigErrors | None:
             return ConfigErrors([ConfigError(key, f"cannot compose: {msg}", "fix the value or interpolation "
                                              "(${other.key} must name a key that exists, e.g. ${paths.data_root})")])
     for e in chain:
-        if isinstance(e, OSError) and e.filename:  # a path we were given cannot be read or written
-            return ConfigErrors([ConfigError(str(e.filename), e.strerror or str(e), "check the path, its "
-                                             "permissions and free space (or choose another location)")])
-    for e in chain:
         if isinstance(e, HydraException):
             msg = " ".join(redact_override(w) for w in str(e).splitlines()[0].split(" "))
             return ConfigErrors([ConfigError("overrides", msg, "check the overrides and the config files they "
