@@ -477,6 +477,9 @@ def typed_sections(tree: dict[str, Any], origin: Origin
     for key in tree:
         if key not in ROOT_KEYS:
             errors.append(unknown_key_error(key, ROOT_KEYS - {"hydra"}, "", origin.source_of(key)))
+    for key in ("run_id", "name"):  # `run_id: 123` in a file is a name, like run_id=123 on the command line
+        if isinstance(tree.get(key), int) and not isinstance(tree[key], bool):
+            tree[key] = str(tree[key])
     for key, tp in ROOT_SCALARS.items():
         if key in tree and not check_value(tp, tree[key]):
             errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})", f"set {key} correctly",
