@@ -98,6 +98,8 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     if only is None:
         errors += plugin_problems(facts)
         errors += runs_root_problems(facts, free_space=True)
+        errors += prepared_root_problems(facts)
+        errors += checkpoint_read_problems(facts)
     return errors
 
 
@@ -247,9 +249,21 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
     runs_root = run_dir.parent
     base = _existing_ancestor(run_dir)
     key = "paths.runs_root"
+    loop = _broken_link(run_dir)
+    if loop is not None:
+        return [ConfigError(key, f"{loop} is a symbolic link that leads nowhere (a loop, or a missing target)",
+                            "point paths.runs_root at a real directory, or fix the link", value=str(runs_root))]
     if not base.is_dir():
         return [ConfigError(key, f"{base} is a file, so {run_dir} cannot be created", "set paths.runs_root to a "
                             "directory (or a path where one can be created)", value=str(runs_root))]
+    from trainstack.rundir import layout
+
+    for name in (layout.LOGS, layout.CHECKPOINTS, layout.TENSORBOARD):  # a run dir's own folders
+        sub = run_dir / name
+        if sub.exists() and not sub.is_dir():
+            return [ConfigError(str(sub), f"is a file where the run keeps its {name} directory",
+                                f"move it aside (mv {sub} {sub}.bak); trainstack recreates the directory",
+                                value=str(sub))]
     if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
         return [ConfigError(key, f"{base} is not writable, so {run_dir} cannot be created",
                             "set paths.runs_root to a writable directory", value=str(runs_root))]
@@ -261,6 +275,59 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
                                 f"{_size(need)}", "free space there, or set paths.runs_root to a larger disk"
                                 + ("" if facts.args.get("no_save_optim") else " (args.no_save_optim=true halves it "
                                    "and more: no optimizer state)"), value=str(runs_root))]
+    return []
+
+
+def _broken_link(path: Path) -> Path | None:
+    """The first component of `path` that is a symbolic link to nowhere (a loop or a missing target)."""
+    for p in reversed((path, *path.parents)):
+        if p.is_symlink() and not p.exists():
+            return p
+    return None
+
+
+def checkpoint_read_problems(facts: HostFacts) -> list[ConfigError]:
+    """The checkpoint a resume loads must be readable here: the completeness test reads sizes only,
+    and an unreadable file would fail the trainer with a traceback after the launch."""
+    from trainstack.checkpoints import inspect
+    from trainstack.rundir import layout
+
+    save = str(facts.args.get("load") or Path(facts.run_dir) / layout.CHECKPOINTS)
+    latest = inspect(save).latest_complete
+    if latest is None:
+        return []
+    iter_dir = Path(save) / layout.iter_name(latest)
+    for dirpath, dirnames, filenames in os.walk(iter_dir):
+        for name in [*dirnames, *filenames]:
+            p = Path(dirpath) / name
+            if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+                return [ConfigError(str(p), "cannot be read here (permission denied): resuming loads it",
+                                    f"make it readable (chmod -R u+rX {iter_dir}), or move {iter_dir} aside to "
+                                    "resume from the checkpoint before it", value=str(p))]
+    return []
+
+
+def prepared_root_problems(facts: HostFacts) -> list[ConfigError]:
+    """The env's data hook writes under paths.data_root at launch: it must be (or become) a writable
+    directory, not a file or a read-only place."""
+    if not facts.prepared_root:
+        return []
+    root = Path(facts.prepared_root)
+    key, fix = "paths.data_root", "set paths.data_root to a writable directory (or a path where one can be created)"
+    loop = _broken_link(root)
+    if loop is not None:
+        return [ConfigError(key, f"{loop} is a symbolic link that leads nowhere (a loop, or a missing target)", fix,
+                            value=str(root))]
+    base = _existing_ancestor(root)
+    if not base.is_dir():
+        return [ConfigError(key, f"{base} is a file, so the env's data cannot be written under {root}", fix,
+                            value=str(root))]
+    from trainstack.outputs import cannot_create_in
+
+    why = "not writable" if not os.access(base, os.W_OK | os.X_OK) or _read_only(base) else cannot_create_in(base)
+    if why:
+        return [ConfigError(key, f"{base}: {why}, so the env's data cannot be written under {root}", fix,
+                            value=str(root))]
     return []
 
 
