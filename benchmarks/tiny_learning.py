@@ -55,7 +55,7 @@ def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict
     """Exact-match accuracy (and mean reward) of the final checkpoint on the eval prompts."""
     from trainstack.tiny.arithmetic import is_correct, score
     from trainstack.tiny.checkpoint import load_checkpoint
-    from trainstack.tiny.cli import main_parse
+    from trainstack.tiny.validate import main_parse
     from trainstack.tiny.generate import make_generator, sample
     from trainstack.tiny.model import ModelConfig, build_model, setup_determinism
     from trainstack.tiny.tokenizer import CharTokenizer

@@ -46,16 +46,17 @@ def run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from trainstack.pipeline import build
+    from trainstack.pipeline import build, checked_point
     from trainstack.resolve import Origin
 
     hc = HydraConfig.get()
     origin = Origin.from_hydra(hc)
+    sweep = hc.mode == RunMode.MULTIRUN
+    known = checked_point(hc.job.num, origin) if sweep and cfg.dry_run else None  # checked with the sweep
     try:
-        run, cmd = build(cfg, origin)
+        run, cmd = (known.run, known.cmd) if known else build(cfg, origin)
     except ConfigErrors as err:
         report_and_exit(err)
-    sweep = hc.mode == RunMode.MULTIRUN
     from trainstack.preflight import preflight
 
     try:  # every check that can fail, before anything is written: a dry run answers like the launch
@@ -65,7 +66,7 @@ def run_app(cfg: Any) -> Any:
             problem = output_problem(str(cfg.output), "output")
             if problem:
                 raise ConfigErrors([problem])
-        report = preflight(run, cmd, launching=not cfg.dry_run)
+        report = known.report if known else preflight(run, cmd, launching=not cfg.dry_run)
     except ConfigErrors as err:
         report_and_exit(err)
     if cfg.dry_run:

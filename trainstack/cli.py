@@ -267,12 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_exec)
     add_diff_compare(sub)  # diff / compare
     add_status_cancel(sub)  # status / cancel
-    from trainstack.http_env.cli import add_env_commands
+    from trainstack import hooks
 
-    add_env_commands(sub)  # env serve / env list (HTTP environments, docs/http_env.md)
-    from trainstack.hub.cli import add_hub  # hub ls / pull (issue 13)
-
-    add_hub(sub)
+    for add_commands in hooks.get(hooks.CLI):  # features' own: env serve/list, hub ls/pull
+        add_commands(sub)
     add_commander(sub)  # commander serve
     add_logs(sub)  # logs
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -67,9 +67,9 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
     lines.append(_rule("runtime env", st))
     lines += [f"  {st(k, '32')}={v}" for k, v in sorted(cmd.redacted_env().items())]
     lines += [st("warning: ", "33") + w for w in run.warnings]
-    from trainstack.http_env.sidecar import dry_run_notes
+    from trainstack import hooks
 
-    env_notes = dry_run_notes(run)  # the env server a launch will use, and whether /health answers
+    env_notes = [n for notes in hooks.get(hooks.DRY_RUN_NOTES) for n in notes(run)]  # e.g. the env server a launch uses
     if report is not None:
         where = "this machine" if report.runs_here else f"a {run.cluster.launcher} host"
         lines.append(_rule(f"launch (the trainer runs on {where})", st))

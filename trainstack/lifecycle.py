@@ -19,9 +19,9 @@ import signal
 import sys
 from typing import Callable, Protocol
 
+from trainstack import hooks
 from trainstack.checkpoints import inspect, plan_recovery
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
-from trainstack.hub import hooks as hub_hooks
 from trainstack.lease import Lease, LeaseHeld
 from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
 from trainstack.rundir import RunDir
@@ -55,6 +55,17 @@ def trainer_env(spec: RunSpec, rundir: RunDir, lease: Lease | None = None) -> di
     if spec.args.get("use_wandb") and not os.environ.get("WANDB_API_KEY") and not spec.args.get("wandb_mode"):
         env["WANDB_MODE"] = "offline"
     return env
+
+
+def prepare_data(hook: str | None, data_root: str) -> None:
+    """Call an env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files); idempotent.
+    Every launch runs it before the trainer (the preflight of a launch too, to check what it wrote)."""
+    if not hook:
+        return
+    import importlib
+
+    module, _, fn = hook.rpartition(".")
+    getattr(importlib.import_module(module), fn)(data_root)
 
 
 def final_state(code: int, signalled: int | None, lease_lost: bool = False) -> str:
@@ -106,10 +117,11 @@ def _stop_hint(holder) -> str:
 
 
 def execute(spec: RunSpec, start: StartRunner) -> int:
-    """Lease -> resume plan -> spec + data -> start(env, rundir) -> wait -> record."""
-    from trainstack.http_env.sidecar import with_sidecars  # hook (issue 15): the run's env server, around the trainer
-
-    start = with_sidecars(spec, start)
+    """Lease -> resume plan -> spec + data -> start(env, rundir) -> wait -> record. Features join
+    through trainstack.hooks: lifecycle.wrap_runner (e.g. an env server around the trainer),
+    lifecycle.before_trainer (e.g. a Hub restore) and lifecycle.trainer_started (e.g. Hub sync)."""
+    for wrap in hooks.get(hooks.WRAP_RUNNER):
+        start = wrap(spec, start)
     rundir = RunDir(spec.run_dir)
     try:
         lease = _acquire(spec, rundir)
@@ -119,10 +131,11 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
               f"taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.", file=sys.stderr)
         return EXIT_BUSY
     try:
-        resume_plan = plan(spec, rundir)  # may raise ConfigErrors: reported by the caller, lease released below
+        resume_plan = plan(spec, rundir, dry=False)  # may raise ConfigErrors: reported by the caller, lease released below
         check_inputs_here(spec, resuming=resume_plan.action == RESUME)
         _recover(spec, rundir, resume_plan)  # the local save dir says what the plan read
-        hub_hooks.restore(spec, rundir, resume_plan)  # hub (issue 13): a Hub checkpoint is downloaded + checked here
+        for before in hooks.get(hooks.BEFORE_TRAINER):  # e.g. a Hub checkpoint downloaded + checked here
+            before(hooks.RunContext(spec, rundir, lease, resume_plan))
         return _run_with_lease(spec, rundir, lease, resume_plan, start)
     finally:
         lease.release()
@@ -145,7 +158,6 @@ def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
 
 def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan, start: StartRunner) -> int:
     if rp.action == FINISHED:
-        hub_hooks.push_finished(spec, rundir, lease, rp)  # hub (issue 13): a last checkpoint the Hub missed
         rundir.event("finished", latest_checkpoint=rp.checkpoint.latest_complete, num_rollout=rp.num_rollout)
         rundir.update_status(run_id=spec.run_id, state="finished", last_checkpoint=rp.checkpoint.latest_complete)
         print(f"trainstack: run {spec.run_id} is finished: its checkpoint at rollout {rp.checkpoint.latest_complete} "
@@ -153,8 +165,6 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
               f"e.g. env.num_rollout={rp.suggested_num_rollout()} (same run_id, resumes from "
               f"{rp.from_rollout})", file=sys.stderr)
         return 0
-    from trainstack.preflight import prepare_data
-
     prepare_data(spec.data_prepare, spec.data_root)
     rundir.write_spec(spec)
     argv = spec.slime_command().full_argv()
@@ -174,14 +184,15 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         rundir.event("start_failed", error=f"{type(ex).__name__}: {ex}")
         rundir.update_status(state="failed", exit_code=None, error=f"the trainer could not be started: {ex}")
         raise
-    sync = hub_hooks.start_sync(spec, rundir, lease, rp)  # hub (issue 13): background pushes beside the trainer
+    companions = [c for c in (started(hooks.RunContext(spec, rundir, lease, rp))  # e.g. Hub sync beside the trainer
+                              for started in hooks.get(hooks.TRAINER_STARTED)) if c is not None]
     code: int | None = None
     lost = False
 
     def on_signal(signum, _frame):
         rundir.event("signal", signal=signal.Signals(signum).name)
-        if sync is not None:  # hub (issue 13): the final push must fit in the grace period
-            sync.note_signal(spec.resume.grace_s)
+        for companion in companions:  # e.g. the final push must fit in the grace period
+            companion.on_signal(signum, spec.resume.grace_s)
         trainer.stop(signum)
 
     def on_lease_lost():
@@ -199,7 +210,8 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        hub_hooks.finish_sync(spec, sync, trainer.signalled)  # hub (issue 13): last checkpoint pushed before the end
+        for companion in companions:  # e.g. the last checkpoint pushed before the end is recorded
+            companion.after_trainer(trainer.signalled)
         state = inspect(rp.checkpoint.save_dir)
         latest, _ = rundir.last_metrics()
         final = final_state(code if code is not None else 1, trainer.signalled, lost)

@@ -8,7 +8,8 @@ answers exactly like the launch (same errors, exit code 2). What is checked:
 - the machine that runs the trainer (`trainstack/host.py`): the slime checkout, input paths of the
   right kind (data files, checkpoint directories), plugin modules (`pkg.module.fn`) that can be
   found without importing them, a writable `paths.runs_root` with room for one checkpoint;
-- the tiny backend's own argv checks (features it does not implement, missing data).
+- the backend's own checks (preflight.check hooks, trainstack.hooks: the tiny trainer parses and
+  checks the argv it will get: features it does not implement, missing data).
 
 For launchers whose trainer runs elsewhere (slurm, lium, ray_job with a remote address) the
 host checks are listed as *deferred* by the dry run; `trainstack exec` runs them on that host
@@ -16,11 +17,11 @@ before the trainer starts (`check_stored`).
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainstack import hooks
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.host import (
     PREPARED_DATA_DESTS,
@@ -32,9 +33,6 @@ from trainstack.host import (
 )
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
-
-# Data flags an env's `meta.prepare` hook may create at launch (the dry run does not run hooks).
-PREPARED_DATA_FLAGS = ("--prompt-data", "--eval-prompt-data", "--hf-checkpoint")
 
 
 @dataclass
@@ -50,15 +48,10 @@ class Report:
 # ------------------------------------------------------------------------------------------
 # the env's data hook
 # ------------------------------------------------------------------------------------------
-def prepare_data(hook: str | None, data_root: str) -> None:
-    """Call an env's `meta.prepare(data_root)` hook (e.g. write the arithmetic prompt files); idempotent."""
-    if not hook:
-        return
-    module, _, fn = hook.rpartition(".")
-    getattr(importlib.import_module(module), fn)(data_root)
-
-
 def prepare_env_data(run: ResolvedRun) -> None:
+    """The env's data hook (trainstack.lifecycle.prepare_data), run at launch once every check passed."""
+    from trainstack.lifecycle import prepare_data
+
     prepare_data(run.meta.get("env", {}).get("prepare"), run.paths.data_root)
 
 
@@ -84,11 +77,10 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
         raise ConfigErrors(corrupt)
     errors = [] if submitted_by else registry.get(facts.launcher).submit_host_problems(dry=False)
     try:
-        report.plan = _plan(run)
+        report.plan = _plan(run, dry=not launching)
     except ConfigErrors as err:
         errors += err.errors
-    if run.cluster.backend == "tiny":
-        errors += _tiny_problems(run, cmd, facts)
+    errors += _backend_problems(run, cmd, facts)
     if facts.runs_here:
         errors += host_problems(facts)
     else:
@@ -101,7 +93,7 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
     if launching and has_hook:
         prepare_env_data(run)
         facts.prepared_root = None  # written now: every input must exist
-        errors = _tiny_problems(run, cmd, facts) if run.cluster.backend == "tiny" else []
+        errors = _backend_problems(run, cmd, facts)
         errors = _dedupe(errors + (host_problems(facts, only=PREPARED_DATA_DESTS) if facts.runs_here else []))
         if errors:
             raise ConfigErrors(errors)
@@ -144,32 +136,22 @@ def run_dir_problems(run: ResolvedRun) -> list[ConfigError]:
     return check.problems(d)  # a broken checkpoint tracker is the resume plan's to report
 
 
-def _plan(run: ResolvedRun) -> str:
+def _plan(run: ResolvedRun, dry: bool) -> str:
     from trainstack.resume import plan
     from trainstack.rundir import RunDir
 
     if not Path(run.run_dir).is_dir():
         return "fresh start (no run directory yet)"
-    return plan(run, RunDir(run.run_dir)).describe()
+    return plan(run, RunDir(run.run_dir), dry=dry).describe()
 
 
 # ------------------------------------------------------------------------------------------
-# the tiny trainer's own checks
+# the backend's own checks (preflight.check hooks)
 # ------------------------------------------------------------------------------------------
-def _tiny_problems(run: ResolvedRun, cmd: SlimeCommand, facts: HostFacts) -> list[ConfigError]:
-    """The tiny trainer's own parse and checks (a dry run trusts the data hook for the files it writes)."""
-    from trainstack.tiny.cli import parse_argv
-    from trainstack.tiny.validate import validate
-
-    try:
-        validate(parse_argv(cmd.argv), env=cmd.env)
-    except ConfigErrors as err:
-        errors = [e for e in err.errors if not (e.key in PREPARED_DATA_FLAGS and "does not exist" in e.problem
-                                                and isinstance(e.value, str) and facts.made_by_hook(e.value))]
-        if run.source("custom_config_path").startswith("trainstack"):  # written at launch (env.meta.http_env)
-            errors = [e for e in errors if e.key != "--custom-config-path"]
-        return [_as_config_key(run, e) for e in errors]
-    return []
+def _backend_problems(run: ResolvedRun, cmd: SlimeCommand, facts: HostFacts) -> list[ConfigError]:
+    """What the backend itself would refuse (a dry run trusts the data hook for the files it writes)."""
+    errors = [e for check in hooks.get(hooks.PREFLIGHT) for e in check(run, cmd, facts.made_by_hook)]
+    return [_as_config_key(run, e) for e in errors]
 
 
 def _as_config_key(run: ResolvedRun, error: ConfigError) -> ConfigError:

@@ -590,11 +590,10 @@ def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, 
     runs and the client's timeouts do not."""
     name = tree.get("name") or "-".join(str(origin.choices.get(g) or g) for g in ("model", "algo", "env"))
     extra: dict[str, Any] = {"entrypoint": entrypoint, "backend": cluster.backend}
-    http_env = meta.get("env", {}).get("http_env")
-    if isinstance(http_env, dict):
-        from trainstack.http_env.settings import identity
+    from trainstack import hooks
 
-        extra["http_env"] = identity(http_env)
+    for contribute in hooks.get(hooks.IDENTITY):  # e.g. env.meta.http_env's training settings
+        extra.update(contribute(meta))
     digest = config_hash(merged, extra, {"data_root": paths.data_root, "models_root": paths.models_root})
     run_id = tree.get("run_id") or f"{name}-{digest}"
     bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")

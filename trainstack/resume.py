@@ -7,10 +7,11 @@ points the tracker at it) and belongs to the same training config.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainstack.checkpoints import CheckpointState, inspect
+from trainstack import hooks
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.resolve import NON_TRAINING_DESTS, NON_TRAINING_PREFIXES
 from trainstack.identity import input_changes, inputs_of
@@ -40,8 +41,8 @@ class ResumePlan:
     from_rollout: int = 0  # the first rollout the trainer will run
     num_rollout: int | None = None
     changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
-    source: str = "local"  # where the checkpoint is: local (the run dir) | hub (downloaded before the start)
-    hub: Any = None  # trainstack.hub.restore.HubState when Hub sync is on: what the Hub holds of the run
+    source: str = "local"  # where the checkpoint is: local (the run dir) | a remote's source, e.g. hub
+    remotes: dict[str, hooks.RemoteCheckpoint] = field(default_factory=dict)  # what each remote holds, by source
 
     def suggested_num_rollout(self) -> int:
         """A num_rollout that continues this run: twice what it has trained (its last checkpoint, not
@@ -50,7 +51,7 @@ class ResumePlan:
         return max(2 * done, done + 1, 2 * (self.num_rollout or 0) if done < (self.num_rollout or 0) else 0)
 
     def describe(self) -> str:
-        where = f" on the Hub ({self.hub.describe()})" if self.source == "hub" else ""
+        where = f" on {self.remotes[self.source].where_at}" if self.source in self.remotes else ""
         if self.action == FRESH:
             return "fresh start (no checkpoint yet)"
         if self.action == FINISHED:
@@ -69,26 +70,25 @@ def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str,
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
+def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
+    """What launching `run` now would do. `dry`: a dry run, whose remote lookups (the resume.lookup
+    hooks, e.g. the Hub's) read nothing over the network unless the run asks them to."""
     save = run.args.get("save") or str(rundir.checkpoints)
     state = inspect(save)
     mode = run.resume.mode
     num_rollout = run.args.get("num_rollout")
     stored = rundir.stored_args()
-    # --- hub (issue 13): a newer complete checkpoint on the Hub wins over the run dir's ----------------
-    from trainstack.hub.restore import lookup
-
-    hub_state = lookup(run, state.latest_complete)
+    stored_inputs = (rundir.read(layout.SPEC) or {}).get("inputs") if stored is not None else None
+    remotes = lookup_remotes(run, state.latest_complete, dry)
     source = "local"
-    if hub_state is not None and hub_state.record is not None and hub_state.latest is not None and (
-            state.latest_complete is None or hub_state.latest > state.latest_complete):
-        state, stored, source = CheckpointState(save, hub_state.latest, hub_state.latest), hub_state.record["args"], "hub"
-    # --- end hub ----------------------------------------------------------------------------------------
+    for remote in remotes.values():  # a newer complete checkpoint held elsewhere wins over the run dir's
+        if remote.record is not None and remote.latest is not None and (
+                state.latest_complete is None or remote.latest > state.latest_complete):
+            state, source = CheckpointState(save, remote.latest, remote.latest), remote.source
+            stored, stored_inputs = remote.record["args"], remote.record.get("inputs")
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
         changes = config_changes(stored, run.args)
-        stored_inputs = (hub_state.record.get("inputs") if source == "hub" and hub_state and hub_state.record
-                         else (rundir.read(layout.SPEC) or {}).get("inputs"))
         if isinstance(stored_inputs, dict):  # specs (and Hub pointers) of older trainstacks have none
             changes.update(input_changes(stored_inputs, run.inputs))
         refused = {k: v for k, v in changes.items() if k not in run.resume.allow_changes}
@@ -108,15 +108,25 @@ def plan(run: PlannedRun, rundir: RunDir) -> ResumePlan:
     if mode == "must" and not state.resumable:
         raise ConfigErrors([ConfigError(
             "resume.mode", f"resume=must but run {run.run_id} has no complete checkpoint in {save}"
-            + (f" nor on the Hub ({hub_state.repo_id})" if hub_state is not None else ""),
+            + "".join(f" nor on {r.where}" for r in remotes.values()),
             "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
     if not state.resumable:
-        return ResumePlan(FRESH, state, 0, num_rollout, hub=hub_state)
+        return ResumePlan(FRESH, state, 0, num_rollout, remotes=remotes)
     assert state.latest_complete is not None  # resumable
     start = state.latest_complete + 1
     if isinstance(num_rollout, int) and num_rollout <= start:
-        return ResumePlan(FINISHED, state, start, num_rollout, changes, source, hub_state)
-    return ResumePlan(RESUME, state, start, num_rollout, changes, source, hub_state)
+        return ResumePlan(FINISHED, state, start, num_rollout, changes, source, remotes)
+    return ResumePlan(RESUME, state, start, num_rollout, changes, source, remotes)
+
+
+def lookup_remotes(run: PlannedRun, local_latest: int | None, dry: bool) -> dict[str, hooks.RemoteCheckpoint]:
+    """What each remote copy (a feature's resume.lookup hook) holds of the run, by source."""
+    found: dict[str, hooks.RemoteCheckpoint] = {}
+    for lookup in hooks.get(hooks.RESUME_LOOKUP):
+        remote = lookup(run, local_latest, dry)
+        if remote is not None:
+            found.setdefault(remote.source, remote)
+    return found
 
 
 def check_inputs_here(run: PlannedRun, resuming: bool) -> None:

@@ -115,6 +115,7 @@ class HubSpec:
     keep: Optional[int] = None  # checkpoints kept on the Hub's main branch (older ones deleted); null: all
     push_rollouts: bool = False  # slime saves rollout data into the run dir; pushed with the checkpoints
     restore: bool = True  # resume from the Hub when it has a newer complete checkpoint than the run dir
+    dry_run_lookup: bool = False  # a dry run reads the Hub's pointer too (else it makes no network call)
     final_timeout_s: float = 600.0  # clean finish: how long the last push may take before the run reports
     retry_max_s: float = 60.0  # failed pushes are retried with backoff up to this interval
 

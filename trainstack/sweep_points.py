@@ -25,7 +25,7 @@ class PointResult:
 def check_points(configs: Sequence[Any]) -> list[ConfigError]:
     """Build and preflight every point; refuse points that share a run_id. Errors name the point."""
     from trainstack.launch.registry import sweep_launcher_problem
-    from trainstack.pipeline import build
+    from trainstack.pipeline import CheckedPoint, build, remember_checked
     from trainstack.preflight import preflight
     from trainstack.resolve import Origin
 
@@ -38,11 +38,13 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
             problem = sweep_launcher_problem(run.cluster.launcher, str(cfg.hydra.launcher.get("_target_", "")))
             if problem:
                 raise ConfigErrors([problem])
-            preflight(run, cmd, launching=False)
+            report = preflight(run, cmd, launching=False)
         except ConfigErrors as err:
             errors += point_errors(num, list(origin.overrides), err.errors)
             continue
         built.append((run.run_id, list(origin.overrides)))
+        if cfg.get("dry_run"):  # the point's task prints this check instead of repeating it
+            remember_checked(cfg.hydra.job.num, origin, CheckedPoint(run, cmd, report))
     return errors + shared_run_id_errors(built)
 
 

@@ -2,12 +2,32 @@
 
 Each rule cites the upstream check (file:line at slime 624b824a / Megatron-LM 1dcf0daf with
 slime's patches / sglang 0.5.15.post1); the parse oracle (docs/slime_oracle.md) proves that
-trainstack refuses every argv slime's real parser refuses. Registered into validate.RULES.
+trainstack refuses every argv slime's real parser refuses. A built-in rule set, registered like a
+feature (validate.rules hooks, before any feature's own) so validate.py need not import it back.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainstack.errors import ConfigError
-from trainstack.validate import Ctx, rule
+from trainstack.validate import Ctx, Rule
+
+if TYPE_CHECKING:
+    from trainstack.hooks import Registry
+
+UPSTREAM: list[Rule] = []
+
+
+def rule(fn: Rule) -> Rule:
+    UPSTREAM.append(fn)
+    return fn
+
+
+def register(registry: "Registry") -> None:
+    from trainstack import hooks
+
+    for fn in UPSTREAM:
+        registry.add(hooks.RULES, fn, order=10)
 
 # slime backends/megatron_utils/arguments.py _ALLGATHER_CP_DSA_ARCHITECTURES, recognised by the
 # model's --spec module (the HF architecture is only known on the GPU node).

@@ -7,19 +7,41 @@ value and where it came from, with the fix. See docs/validation.md for the list 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from trainstack.backends import TINY_CAPABILITIES as TINY_CAPS
 from trainstack.errors import ConfigError
 from trainstack.resolve import ResolvedRun, is_train_only
 
 Rule = Callable[["Ctx"], list[ConfigError]]
-RULES: list[Rule] = []
+CORE_RULES: list[Rule] = []
 
 
 def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
+    CORE_RULES.append(fn)
     return fn
+
+
+class _AllRules(Sequence[Rule]):
+    """The core's rules, then the validate.rules hooks (upstream ports, features' blocks: trainstack.hooks),
+    read when iterated so that importing this module loads no feature."""
+
+    def _all(self) -> list[Rule]:
+        from trainstack import hooks
+
+        return [*CORE_RULES, *hooks.get(hooks.RULES)]
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self._all())
+
+
+RULES: Sequence[Rule] = _AllRules()
 
 
 class Ctx:
@@ -438,11 +460,7 @@ def validate(run: ResolvedRun) -> list[ConfigError]:
     return errors
 
 
-# Checks ported from slime/Megatron/SGLang's post-parse validation (registers more RULES).
-from trainstack import upstream_rules  # noqa: E402,F401
-# The env preset's meta.http_env block (HTTP environments, trainstack/http_env/rules.py).
-from trainstack.http_env import rules as _http_env_rules  # noqa: E402,F401
 # Dotted paths into a plugin package trainstack renamed (trainstack/plugin_paths.py, RENAMED).
 from trainstack.plugin_paths import renamed_plugin_paths  # noqa: E402
 
-RULES.append(renamed_plugin_paths)
+CORE_RULES.append(renamed_plugin_paths)

@@ -1,4 +1,4 @@
-"""The dry run's checks of an env preset's ``meta.http_env`` (registered into validate.RULES).
+"""The dry run's checks of an env preset's ``meta.http_env`` (a validate.rules hook: http_env/feature.py).
 
 Every key is typed (``settings.py``): unknown keys get a did-you-mean, wrong types and choices
 are named with the file they came from. Beyond that: the generate function needs a tokenizer
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.http_env.settings import CONFIG_KEY, parse_block
-from trainstack.validate import Ctx, rule
+from trainstack.validate import Ctx
 
 PREFIX = f"env.meta.{CONFIG_KEY}."
 
 
-@rule
 def http_env_settings(ctx: Ctx) -> list[ConfigError]:
     node = (ctx.run.meta.get("env") or {}).get(CONFIG_KEY)
     if node is None:

@@ -32,9 +32,19 @@ class HubState:
     record: dict[str, Any] | None  # the pointer: the newest pushed checkpoint's manifest (None: none pushed)
     commit: str | None  # the branch commit the pointer was read at
 
+    source = "hub"  # a resume plan's source when this checkpoint wins (trainstack.hooks.RemoteCheckpoint)
+
     @property
     def latest(self) -> int | None:
         return int(self.record["iteration"]) if self.record else None
+
+    @property
+    def where(self) -> str:
+        return f"the Hub ({self.repo_id})"
+
+    @property
+    def where_at(self) -> str:
+        return f"the Hub ({self.describe()})"
 
     def describe(self) -> str:
         return f"{self.repo_id}@{(self.commit or '')[:12]}"
@@ -45,12 +55,13 @@ def _valid(record: Any, run_id: str) -> bool:
             and isinstance(record.get("files"), dict) and isinstance(record.get("files_commit"), str))
 
 
-def lookup(run: Any, local_latest: int | None) -> HubState | None:
-    """The Hub's view of the run when Hub restore is on (None when it is off). Unreachable Hub: the
-    run dir's checkpoint is used when there is one, else the launch is refused (a fresh start could
-    throw away what the Hub holds)."""
+def lookup(run: Any, local_latest: int | None, dry: bool = False) -> HubState | None:
+    """The Hub's view of the run when Hub restore is on (None when it is off, and for a dry run
+    unless it has hub.dry_run_lookup=true: a dry run reads nothing over the network unless asked).
+    Unreachable Hub: the run dir's checkpoint is used when there is one, else the launch is refused
+    (a fresh start could throw away what the Hub holds)."""
     hub = getattr(run, "hub", None)
-    if hub is None or not hub.enabled or not hub.restore:
+    if hub is None or not hub.enabled or not hub.restore or (dry and not hub.dry_run_lookup):
         return None
     from trainstack.hub.client import HubClient, describe_error
 

@@ -343,7 +343,7 @@ class _StopRequest:
 def main(argv: list[str] | None = None) -> int:
     from trainstack.fence import EXIT_FENCED, Fenced
 
-    from .cli import main_parse
+    from .validate import main_parse
 
     try:
         parsed = main_parse(argv)

@@ -7,6 +7,7 @@ load/ref_load resolution) are written onto ``args`` exactly as slime would.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Mapping
 
 from trainstack.argtable import load_table
@@ -14,7 +15,18 @@ from trainstack.checkpoints import TRACKER
 from trainstack.errors import ConfigError, ConfigErrors
 
 from . import flags as F
-from .cli import ParsedArgv
+from .cli import ParsedArgv, parse_argv, usage
+
+
+def main_parse(argv: list[str] | None = None) -> ParsedArgv:
+    """Parse + validate; used by the trainer entrypoint."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage())
+        sys.exit(0)
+    parsed = parse_argv(argv)
+    validate(parsed, env=os.environ)
+    return parsed
 
 
 def _flag(dest: str) -> str:

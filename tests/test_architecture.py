@@ -1,0 +1,243 @@
+"""The core knows no feature: core modules never import hub, http_env or tiny (features join through
+trainstack/hooks.py), and the hook points fire, in order, in a real dry run and a real tiny run."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_py
+
+PKG = ROOT / "trainstack"
+FEATURES = ("trainstack.hub", "trainstack.http_env", "trainstack.tiny")
+# The core: every top-level module of the package and the run dir's. oracle.py (the parse oracle's
+# judge, a tool on its way out of the core) still reads http_env's launch files directly.
+CORE = sorted([*PKG.glob("*.py"), *(PKG / "rundir").glob("*.py")])
+NOT_CORE = {"oracle.py"}
+CORE_NAMES = ("pipeline", "resolve", "validate", "render", "runspec", "lifecycle", "resume", "preflight", "schema",
+              "app", "display", "status", "cli", "host", "checkpoints", "hooks", "features", "sweep_points")
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """Every module a file imports, at any depth (function-level and TYPE_CHECKING imports too)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            out += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return out
+
+
+def test_core_modules_import_no_feature():
+    names = {p.stem for p in CORE}
+    assert set(CORE_NAMES) <= names, set(CORE_NAMES) - names  # the list below covers what the issue names
+    bad = [f"{p.relative_to(ROOT)}:{line} imports {mod}" for p in CORE if p.name not in NOT_CORE
+           for line, mod in imported_modules(p) if mod.startswith(FEATURES)]
+    assert not bad, "core modules import features (register a hook in trainstack/hooks.py instead):\n" + "\n".join(bad)
+
+
+def test_the_import_check_sees_function_level_and_relative_imports(tmp_path):
+    probe = PKG / "rundir" / "_probe_for_test.py"  # a file inside the package, so relative imports resolve
+    probe.write_text("def f():\n    from trainstack.hub.restore import lookup\n    from ..http_env import rules\n"
+                     "    import trainstack.tiny.cli\n")
+    try:
+        mods = [m for _, m in imported_modules(probe)]
+    finally:
+        probe.unlink()
+    assert "trainstack.hub.restore" in mods and "trainstack.http_env.rules" in mods and "trainstack.tiny.cli" in mods
+
+
+def test_features_are_found_through_the_entry_point_group():
+    from trainstack import hooks
+    from trainstack.features import declared
+
+    assert {"upstream", "hub", "http_env", "tiny"} <= set(declared())
+    reg = hooks.Registry()
+    from trainstack.features import discover
+
+    for name, register in discover():
+        reg.register(name, register)
+    assert reg.features == sorted(reg.features)
+    assert len(reg.get(hooks.RULES)) >= 20 and reg.get(hooks.PREFLIGHT) and reg.get(hooks.RESUME_LOOKUP)
+    from trainstack.upstream_rules import UPSTREAM
+
+    assert reg.get(hooks.RULES)[: len(UPSTREAM)] == UPSTREAM  # built-in ports first (order=10), then features'
+
+
+def test_hook_order_is_deterministic():
+    from trainstack import hooks
+
+    calls: list[str] = []
+    reg = hooks.Registry()
+    reg.register("zeta", lambda r: r.add(hooks.DRY_RUN_NOTES, lambda run: calls.append("zeta") or []))
+    reg.register("alpha", lambda r: (r.add(hooks.DRY_RUN_NOTES, lambda run: calls.append("alpha-1") or []),
+                                     r.add(hooks.DRY_RUN_NOTES, lambda run: calls.append("alpha-2") or [])))
+    reg.register("late", lambda r: r.add(hooks.DRY_RUN_NOTES, lambda run: calls.append("first") or [], order=1))
+    for note in reg.get(hooks.DRY_RUN_NOTES):
+        note(None)
+    assert calls == ["first", "alpha-1", "alpha-2", "zeta"]
+    with pytest.raises(ValueError, match="unknown hook point"):
+        reg.add(hooks.HookPoint("nope", "not a point"), print)
+
+
+RECORDER = '''
+"""A third party's feature: records every hook point it is called at (tests/test_architecture.py)."""
+import json, os
+from trainstack import hooks
+
+
+def _log(point, **info):
+    with open(os.environ["RECORD_HOOKS"], "a") as f:
+        f.write(json.dumps({"point": point, **info}) + "\\n")
+
+
+class _Companion:
+    def on_signal(self, signum, grace_s):
+        _log("on_signal")
+
+    def after_trainer(self, signalled):
+        _log("after_trainer", signalled=signalled)
+
+
+def _wrap(spec, start):
+    _log("wrap_runner")
+
+    def start_logged(env, rundir):
+        _log("start")
+        return start(env, rundir)
+    return start_logged
+
+
+def register(r):
+    r.add(hooks.IDENTITY, lambda meta: _log("identity") or {})
+    r.add(hooks.RULES, lambda ctx: _log("rules") or [])
+    r.add(hooks.PREFLIGHT, lambda run, cmd, made: _log("preflight", backend=run.cluster.backend) or [])
+    r.add(hooks.RESUME_LOOKUP, lambda run, latest, dry: _log("resume_lookup", dry=dry, latest=latest))
+    r.add(hooks.DRY_RUN_NOTES, lambda run: _log("dry_run_notes") or ["recorder: a third-party note"])
+    r.add(hooks.WRAP_RUNNER, _wrap)
+    r.add(hooks.BEFORE_TRAINER, lambda ctx: _log("before_trainer", action=ctx.plan.action))
+    r.add(hooks.TRAINER_STARTED, lambda ctx: _log("trainer_started") or _Companion())
+'''
+
+
+@pytest.fixture
+def recorder(tmp_path):
+    """A feature installed the way a third party's is: a distribution on the path whose metadata
+    declares a `trainstack.features` entry point."""
+    site = tmp_path / "site"
+    (site / "recorder_dist-0.1.dist-info").mkdir(parents=True)
+    (site / "recorder_dist-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: recorder-dist\n"
+                                                                    "Version: 0.1\n")
+    (site / "recorder_dist-0.1.dist-info" / "entry_points.txt").write_text(
+        "[trainstack.features]\nrecorder = recorder_feature:register\n")
+    (site / "recorder_feature.py").write_text(RECORDER)
+    log = tmp_path / "hooks.jsonl"
+    env = {"PYTHONPATH": f"{ROOT}{os.pathsep}{site}", "RECORD_HOOKS": str(log)}
+
+    def points() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    return env, points
+
+
+def test_hook_points_fire_in_order_in_a_real_dry_run(tmp_path, recorder):
+    env, points = recorder
+    res = subprocess.run([sys.executable, str(ROOT / "run.py"), "dry_run=true", f"paths.runs_root={tmp_path}/runs",
+                          f"paths.data_root={tmp_path}/data"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, **env})
+    assert res.returncode == 0, res.stderr
+    assert "recorder: a third-party note" in res.stdout
+    seen = [p["point"] for p in points()]
+    assert seen == ["identity", "rules", "preflight", "dry_run_notes"], seen  # no run dir yet: no resume lookup
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_hook_points_fire_in_order_in_a_real_tiny_run(tmp_path, recorder):
+    env, points = recorder
+    res = run_py(f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "run_id=hooked",
+                 "env.num_rollout=2", "env.eval_interval=null", "env.eval_prompt_data=null", cwd=tmp_path, env=env,
+                 timeout=300)
+    assert res.returncode == 0, res.stderr
+    seen = [p["point"] for p in points()]
+    # build + preflight (launch), then the lifecycle: wrap, plan (not dry: a launch reads remotes), before,
+    # start, beside, after. The resume lookup runs once per plan made with a run dir present.
+    assert seen[:3] == ["identity", "rules", "preflight"], seen
+    life = seen[seen.index("wrap_runner"):]
+    assert life == ["wrap_runner", "resume_lookup", "before_trainer", "start", "trainer_started", "after_trainer"], seen
+    lookups = [p for p in points() if p["point"] == "resume_lookup"]
+    assert lookups[-1]["dry"] is False
+    relaunch = run_py(f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "run_id=hooked",
+                      "env.num_rollout=2", "env.eval_interval=null", "env.eval_prompt_data=null", cwd=tmp_path,
+                      env=env, timeout=300)
+    assert relaunch.returncode == 0 and "is finished" in relaunch.stderr, relaunch.stderr
+    finished = [p for p in points() if p["point"] == "before_trainer"][-1]
+    assert finished["action"] == "finished" and points()[-1]["point"] == "before_trainer"  # nothing starts
+
+
+class Listener:
+    """A TCP endpoint that counts connections (an HF_ENDPOINT that records whether anyone called)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.connections = 0
+        self._stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()  # no answer: the client sees a dead Hub
+
+    def close(self):
+        self._stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def test_a_dry_run_of_a_hub_synced_run_reads_no_network(tmp_path):
+    """The run dir exists (so the resume plan is made): a dry run still makes no connection to the
+    Hub, succeeds, and says what a launch would read; hub.dry_run_lookup=true asks for the read."""
+    pytest.importorskip("huggingface_hub")
+    hub = Listener()
+    try:
+        env = {"HF_ENDPOINT": hub.url, "HF_TOKEN": "hf_" + "0" * 32, "HF_HOME": str(tmp_path / "hf"),
+               "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_ETAG_TIMEOUT": "2", "HF_HUB_DOWNLOAD_TIMEOUT": "2"}
+        args = ["dry_run=true", f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data",
+                "run_id=synced", "hub.repo_id=team/ckpts"]
+        (tmp_path / "runs" / "synced").mkdir(parents=True)
+        dry = run_py(*args, cwd=tmp_path, env=env)
+        assert dry.returncode == 0, dry.stderr
+        assert hub.connections == 0
+        assert "a launch first reads team/ckpts" in dry.stdout and "hub.dry_run_lookup=true" in dry.stdout
+        asked = run_py(*args, "hub.dry_run_lookup=true", cwd=tmp_path, env=env, timeout=180)
+        assert hub.connections > 0  # the guard sees a call when there is one
+        assert asked.returncode == 2 and "cannot read run synced's checkpoint pointer" in asked.stderr, asked.stderr
+    finally:
+        hub.close()

@@ -1,0 +1,61 @@
+"""The HTTP env feature (docs/http_env.md) joins the core here: its settings in the run_id hash,
+the checks of `env.meta.http_env`, the env server around the trainer, the dry run's note on it,
+the settings file a launch writes, and `trainstack env serve/list`. Each hook imports its module
+when it runs, so discovering the feature costs nothing."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from trainstack import hooks
+
+CONFIG_KEY = "http_env"  # the env preset's meta block (settings.CONFIG_KEY)
+
+
+def _identity(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    node = (meta.get("env") or {}).get(CONFIG_KEY)
+    if not isinstance(node, dict):
+        return {}
+    from trainstack.http_env.settings import identity
+
+    return {CONFIG_KEY: identity(node)}
+
+
+def _rules(ctx: Any) -> list:
+    from trainstack.http_env.rules import http_env_settings
+
+    return http_env_settings(ctx)
+
+
+def _wrap_runner(spec: Any, start: Callable) -> Callable:
+    from trainstack.http_env.sidecar import with_sidecars
+
+    return with_sidecars(spec, start)
+
+
+def _dry_run_notes(run: Any) -> list[str]:
+    if (run.meta.get("env") or {}).get(CONFIG_KEY) is None:
+        return []
+    from trainstack.http_env.sidecar import dry_run_notes
+
+    return dry_run_notes(run)
+
+
+def _launch_files(config: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping[str, str]:
+    from trainstack.http_env.sidecar import launch_files
+
+    return launch_files(dict(config), dict(args))
+
+
+def _cli(sub: Any) -> None:
+    from trainstack.http_env.cli import add_env_commands
+
+    add_env_commands(sub)  # env serve / env list
+
+
+def register(registry: hooks.Registry) -> None:
+    registry.add(hooks.IDENTITY, _identity)
+    registry.add(hooks.RULES, _rules)
+    registry.add(hooks.WRAP_RUNNER, _wrap_runner)
+    registry.add(hooks.DRY_RUN_NOTES, _dry_run_notes)
+    registry.add(hooks.LAUNCH_FILES, _launch_files)
+    registry.add(hooks.CLI, _cli)
