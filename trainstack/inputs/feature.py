@@ -22,6 +22,13 @@ def _identity(meta: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"inputs": pins} if pins else {}
 
 
+def _rules(ctx: Any) -> list:
+    """Malformed sources are bad input (exit 2, before anything is written)."""
+    from trainstack.inputs.sources import read
+
+    return read(ctx.run.config, ctx.run.args)[1]
+
+
 def _prepared_paths(config: Mapping[str, Any], args: Mapping[str, Any]) -> Iterable[str]:
     from trainstack.inputs.sources import read
 
@@ -82,6 +89,7 @@ def _cli(sub: Any) -> None:
 
 def register(registry: hooks.Registry) -> None:
     registry.add(hooks.IDENTITY, _identity)
+    registry.add(hooks.RULES, _rules)
     registry.add(hooks.DRY_RUN_NOTES, _dry_run_notes)
     registry.add(hooks.PREPARED_PATHS, _prepared_paths)
     registry.add(hooks.PREPARE_INPUTS, prepare_spec)

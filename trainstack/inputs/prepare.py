@@ -24,6 +24,11 @@ DISK_MARGIN = 1.05  # a download needs its size plus 5 %
 Log = Callable[[str], None]
 
 
+def _endpoint() -> str | None:
+    """HF_ENDPOINT as it is now (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_ENDPOINT") or None
+
+
 def _stderr(msg: str) -> None:
     print(f"trainstack prepare: {msg}", file=sys.stderr, flush=True)
 
@@ -170,7 +175,7 @@ def resolve_revision(root: str, kind: str, repo: str, revision: str, repo_type: 
     try:
         if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
             raise OSError("HF_HUB_OFFLINE is set")
-        sha = HfApi().repo_info(repo, revision=revision, repo_type=repo_type).sha
+        sha = HfApi(endpoint=_endpoint()).repo_info(repo, revision=revision, repo_type=repo_type).sha
     except (HfHubHTTPError, OSError, ValueError) as ex:
         known = last_resolved(root, kind, repo, revision)
         if known:
@@ -196,7 +201,7 @@ def _remote_sizes(repo: str, sha: str, repo_type: str, only: set[str] | None = N
     from huggingface_hub import HfApi
 
     out = {}
-    for entry in HfApi().list_repo_tree(repo, revision=sha, repo_type=repo_type, recursive=True):
+    for entry in HfApi(endpoint=_endpoint()).list_repo_tree(repo, revision=sha, repo_type=repo_type, recursive=True):
         size = getattr(entry, "size", None)
         if size is not None and (only is None or entry.path in only):
             out[entry.path] = int(size)
@@ -256,7 +261,7 @@ def prepare_model(src: ModelSource, conv: Converter | None, log: Log, recorded: 
                     sizes = _remote_sizes(src.repo, sha, "model")
                     nbytes = _check_disk(entry.path, sizes, "paths.models_root", f"{src.repo}@{sha[:12]}")
                     log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                    snapshot_download(src.repo, revision=sha, local_dir=entry.path)
+                    snapshot_download(src.repo, revision=sha, local_dir=entry.path, endpoint=_endpoint())
                     entry.mark_complete(repo=src.repo, revision=src.revision, sha=sha, bytes=sum(sizes.values()))
                     state = "download"
                 elif waited:
@@ -330,7 +335,8 @@ def prepare_dataset(src: DatasetSource, log: Log, recorded: Mapping[str, str]) -
                 nbytes = _check_disk(entry.path, sizes, "paths.data_root", f"{src.repo}@{sha[:12]}")
                 log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
                 for name in src.files:
-                    hf_hub_download(src.repo, name, revision=sha, repo_type="dataset", local_dir=entry.path)
+                    hf_hub_download(src.repo, name, revision=sha, repo_type="dataset", local_dir=entry.path,
+                                    endpoint=_endpoint())
                 entry.mark_complete(repo=src.repo, sha=sha, files=sorted(src.files))
                 state = "download"
     for name, target in targets.items():

@@ -1,0 +1,198 @@
+"""A run brings its own inputs (docs/inputs.md): the tiny model and a dataset served by the fake Hub are
+downloaded, transformed and converted (with the converter argv slime's tool takes) into an empty
+models_root/data_root, then trained from; a second run prepares nothing; concurrent preparers prepare
+once; a killed download or conversion is never used; a pinned revision is part of the run id."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_py
+
+MODEL = "tiny-org/tiny-char"
+DATA = "tiny-org/arith-qa"
+TINY_FLAGS = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "256",
+              "--seq-length", "32", "--max-position-embeddings", "32"]
+
+
+@pytest.fixture
+def hub_inputs(fake_hub, tmp_path):
+    """The fake Hub with the tiny model in the HF layout (config, weights, tokenizer) and a dataset repo
+    whose rows use other keys than slime's (question/answer): the env source renames them."""
+    from huggingface_hub import HfApi
+
+    from trainstack.inputs.convert_tiny import export_hf
+    from trainstack.tiny.arithmetic import write_task
+
+    api = HfApi(endpoint=fake_hub.url)
+    src = export_hf(str(tmp_path / "hf-src"), TINY_FLAGS)
+    api.create_repo(MODEL)
+    sha = api.upload_folder(repo_id=MODEL, folder_path=src).oid
+    task = tmp_path / "task"
+    write_task(task)
+    rows = [json.loads(ln) for ln in (task / "arithmetic" / "train.jsonl").read_text().splitlines()] \
+        if (task / "arithmetic").is_dir() else [json.loads(ln) for ln in (task / "train.jsonl").read_text().splitlines()]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps({"question": r["prompt"], "answer": r["label"]}) + "\n" for r in rows))
+    api.create_repo(DATA, repo_type="dataset")
+    api.upload_file(path_or_fileobj=str(qa), path_in_repo="train.jsonl", repo_id=DATA, repo_type="dataset")
+    return fake_hub, sha, rows
+
+
+def overrides(tmp: Path, revision: str = "main", *extra: str) -> list[str]:
+    return [f"paths.runs_root={tmp}/runs", f"paths.models_root={tmp}/models", f"paths.data_root={tmp}/data",
+            f"model.meta.hf_repo={MODEL}", f"+model.meta.revision={revision}",
+            "+model.hf_checkpoint=${paths.models_root}/tiny-char",
+            "+model.ref_load=${paths.models_root}/tiny-char_torch_dist",
+            f"+env.meta.data=[{{repo: '{DATA}', files: {{train.jsonl: arith-qa/train.jsonl}}, transform: keys, "
+            "keys: {question: prompt, answer: label}}]",
+            "env.prompt_data=${paths.data_root}/arith-qa/train.jsonl", "env.eval_interval=null",
+            "env.eval_prompt_data=null", "env.num_rollout=2", "env.save_interval=2", *extra]
+
+
+def downloads(hub, name: str) -> int:
+    """GETs of one file's content (HEADs only read its metadata)."""
+    return sum(1 for r in hub.requests if r["method"] == "GET" and "/resolve/" in r["path"]
+               and r["path"].endswith("/" + name))
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "inputs.json").read_text())
+
+
+def run_dir_of(out: str) -> Path:
+    line = next(ln for ln in out.splitlines() if ln.startswith("run dir"))
+    return Path(line.split()[-1])
+
+
+def test_empty_roots_download_convert_train_then_nothing(hub_inputs, tmp_path):
+    hub, sha, rows = hub_inputs
+    first = run_py(*overrides(tmp_path), timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rd = run_dir_of(first.stderr)
+    assert "initial weights from " + str(tmp_path / "models" / "tiny-char_torch_dist") in first.stdout
+    rec = record(rd)
+    states = {i["kind"]: i["state"] for i in rec["items"]}
+    assert states == {"model": "download", "torch_dist": "convert", "dataset": "download"}
+    assert {i["sha"] for i in rec["items"] if i["kind"] != "dataset"} == {sha}  # 'main' resolved and recorded
+    conv = next(i for i in rec["items"] if i["kind"] == "torch_dist")["command"]
+    assert conv[1:3] == ["-m", "trainstack.inputs.convert_tiny"] and conv[3:3 + len(TINY_FLAGS)] == TINY_FLAGS
+    assert conv[-4] == "--hf-checkpoint" and conv[-2] == "--save"  # slime's tool's argv shape
+    # the dataset was renamed into slime's keys; the model dir is the Hub's bytes
+    data = [json.loads(ln) for ln in (tmp_path / "data" / "arith-qa" / "train.jsonl").read_text().splitlines()]
+    assert data[0] == {"prompt": rows[0]["prompt"], "label": rows[0]["label"]}
+    assert (tmp_path / "models" / "tiny-char" / "pytorch_model.bin").read_bytes() == hub.files(MODEL)["pytorch_model.bin"]
+    assert downloads(hub, "pytorch_model.bin") == 1
+
+    # a second run (another run id: another seed) downloads and converts nothing
+    n_requests = len(hub.requests)
+    second = run_py(*overrides(tmp_path, "main", "args.seed=7"), timeout=300)
+    assert second.returncode == 0, second.stderr[-3000:]
+    rd2 = run_dir_of(second.stderr)
+    assert rd2 != rd
+    rec2 = record(rd2)
+    assert {i["state"] for i in rec2["items"]} == {"cached"}
+    assert downloads(hub, "pytorch_model.bin") == 1 and downloads(hub, "train.jsonl") == 1
+    assert not any("/resolve/" in r["path"] for r in hub.requests[n_requests:])  # only 'main' is re-resolved
+    print(f"\nsecond run's prepare step: {rec2['seconds']:.3f} s")
+    assert rec2["seconds"] <= 1.0
+
+
+def _prepare_cmd(tmp: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "trainstack", "prepare", *overrides(tmp), *extra]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_two_preparers_prepare_once(hub_inputs, tmp_path):
+    hub, sha, _ = hub_inputs
+    hub.inject("delay", match=f"GET /{MODEL}/resolve", delay_s=0.5, count=None)  # the two overlap
+    procs = [subprocess.Popen(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    assert downloads(hub, "pytorch_model.bin") == 1
+    assert downloads(hub, "train.jsonl") == 1
+    said = "".join(o[0] for o in outs)
+    assert said.count(": convert") == 1 and said.count(": download") == 2  # model + dataset, once each
+    assert said.count(": cached") + said.count(": transform") == 3, said
+
+
+def test_killed_download_is_resumed_never_used(hub_inputs, tmp_path):
+    hub, sha, _ = hub_inputs
+    hub.inject("delay", match=f"GET /{MODEL}/resolve/{sha}/pytorch_model.bin", delay_s=30, count=1)
+    p = subprocess.Popen(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not any(r["path"].endswith("/tokenizer.json") and r["method"] == "GET" for r in hub.requests):
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    link = tmp_path / "models" / "tiny-char"
+    assert not os.path.lexists(link)  # never pointed at a partial download
+    entries = list((tmp_path / "models" / ".trainstack-cache" / "models").iterdir())
+    partial = [e for e in entries if e.is_dir()]
+    assert partial and not (partial[0] / ".complete.json").exists()
+    hub.clear_faults()
+    again = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (link / "pytorch_model.bin").read_bytes() == hub.files(MODEL)["pytorch_model.bin"]
+    assert (link / ".complete.json").exists()
+
+
+def test_killed_conversion_is_redone(hub_inputs, tmp_path):
+    from trainstack.inputs.cache import MARKER
+
+    first = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    out = Path(os.path.realpath(tmp_path / "models" / "tiny-char_torch_dist"))
+    # as a conversion killed mid-way leaves it: no marker, a half-written file, the link gone
+    (out / MARKER).unlink()
+    (out / "release" / "model.pt").write_bytes(b"half")
+    os.unlink(tmp_path / "models" / "tiny-char_torch_dist")
+    plan = subprocess.run(_prepare_cmd(tmp_path, "--plan"), cwd=ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert "torch_dist" in plan.stdout and ": convert" in plan.stdout and "conversion: " in plan.stdout
+    again = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "removing an incomplete conversion" in again.stderr
+    assert (out / MARKER).exists() and (out / "release" / "model.pt").read_bytes() != b"half"
+
+
+def test_revision_is_part_of_the_run_id(hub_inputs, tmp_path):
+    from huggingface_hub import HfApi
+
+    from trainstack.pipeline import build_from_overrides
+
+    hub, sha1, _ = hub_inputs
+    sha2 = HfApi(endpoint=hub.url).upload_file(path_or_fileobj=b"# v2\n", path_in_repo="README.md", repo_id=MODEL).oid
+    ids = {rev: build_from_overrides(overrides(tmp_path, rev))[0].run_id for rev in (sha1, sha2, "main")}
+    assert len(set(ids.values())) == 3
+    assert ids[sha1] == build_from_overrides(overrides(tmp_path, sha1))[0].run_id  # stable
+
+
+def test_dry_run_plan_reads_no_network(hub_inputs, tmp_path):
+    hub, sha, _ = hub_inputs
+    n = len(hub.requests)
+    dry = run_py(*overrides(tmp_path), "dry_run=true", timeout=120)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert f"model {MODEL}@main -> {tmp_path}/models/tiny-char: download" in dry.stdout
+    assert "conversion: " in dry.stdout and "convert_tiny" in dry.stdout
+    assert len(hub.requests) == n  # no network in a dry run
+    assert not (tmp_path / "models").exists()
+
+
+def test_bad_source_is_bad_input(tmp_path):
+    r = run_py(f"paths.runs_root={tmp_path}/runs", "dry_run=true",
+               "+env.meta.data=[{repo: a/b, files: {x: y}, transform: bogus}]")
+    assert r.returncode == 2 and "env.meta.data[0].transform" in r.stderr and "Traceback" not in r.stderr
