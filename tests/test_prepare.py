@@ -175,7 +175,7 @@ def test_revision_is_part_of_the_run_id(hub_inputs, tmp_path):
     from trainstack.pipeline import build_from_overrides
 
     hub, sha1, _ = hub_inputs
-    sha2 = HfApi(endpoint=hub.url).upload_file(path_or_fileobj=b"# v2\n", path_in_repo="README.md", repo_id=MODEL).oid
+    sha2 = HfApi(endpoint=hub.url).upload_file(path_or_fileobj=b"v2\n", path_in_repo="notes.txt", repo_id=MODEL).oid
     ids = {rev: build_from_overrides(overrides(tmp_path, rev))[0].run_id for rev in (sha1, sha2, "main")}
     assert len(set(ids.values())) == 3
     assert ids[sha1] == build_from_overrides(overrides(tmp_path, sha1))[0].run_id  # stable
