@@ -16,15 +16,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
 
 CONFIG = "config.json"
 WEIGHTS = "pytorch_model.bin"
+
+if TYPE_CHECKING:
+    from trainstack.tiny.model import ModelConfig
 MODEL_TYPE = "trainstack-tiny"
 
 
-def _config(args) -> object:
+def _config(args) -> "ModelConfig":
     from trainstack.tiny.model import ModelConfig
     from trainstack.tiny.tokenizer import CharTokenizer
 
@@ -45,11 +49,11 @@ def export_hf(out: str, argv: list[str], seed: int = 1234) -> str:
 
     setup_determinism()
     cfg = _config(parse_argv(argv).args)
-    model = build_model(cfg, seed)  # type: ignore[arg-type]
+    model = build_model(cfg, seed)
     os.makedirs(out, exist_ok=True)
     torch.save(model.state_dict(), os.path.join(out, WEIGHTS))
     with open(os.path.join(out, CONFIG), "w", encoding="utf-8") as f:
-        json.dump({"model_type": MODEL_TYPE, **cfg.arch(), "seed": seed}, f, indent=1, sort_keys=True)  # type: ignore[attr-defined]
+        json.dump({"model_type": MODEL_TYPE, **cfg.arch(), "seed": seed}, f, indent=1, sort_keys=True)
     write(out)
     return out
 
@@ -71,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 hf = json.load(f)
         except (OSError, ValueError) as ex:
             raise ConfigErrors([ConfigError("--hf-checkpoint", f"no readable {CONFIG} ({ex})",
-                                            "point it at the tiny model's HF directory", value=a.hf_checkpoint)])
-        arch = cfg.arch()  # type: ignore[attr-defined]
+                                            "point it at the tiny model's HF directory", value=a.hf_checkpoint)]) from None
+        arch = cfg.arch()
         wrong = {k: (hf.get(k), v) for k, v in arch.items() if hf.get(k) != v}
         if hf.get("model_type") != MODEL_TYPE or wrong:
             raise ConfigErrors([ConfigError("--hf-checkpoint", "the weights are not the model the flags describe: "

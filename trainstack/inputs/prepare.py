@@ -183,7 +183,7 @@ def resolve_revision(root: str, kind: str, repo: str, revision: str, repo_type: 
         raise ConfigErrors([ConfigError(key, f"cannot resolve {repo}@{revision} to a commit ({type(ex).__name__}: "
                                         f"{str(ex).splitlines()[0][:200] if str(ex) else ''})",
                                         "check the repo id and revision, HF_ENDPOINT and HF_TOKEN, or pin "
-                                        "the revision to a commit sha that is cached here", value=f"{repo}@{revision}")])
+                                        "the revision to a commit sha that is cached here", value=f"{repo}@{revision}")]) from None
     assert sha is not None
     ref = _ref_file(root, kind, repo, revision)
     os.makedirs(os.path.dirname(ref), exist_ok=True)
@@ -297,7 +297,8 @@ def _convert(src: ModelSource, sha: str | None, hf_path: str, conv: Converter, l
                     code = subprocess.call(argv, env=conv.env(), stdout=out, stderr=subprocess.STDOUT,
                                            start_new_session=False)
                 if code != 0:
-                    tail = open(logfile, encoding="utf-8", errors="replace").read()[-2000:]
+                    with open(logfile, encoding="utf-8", errors="replace") as f:
+                        tail = f.read()[-2000:]
                     raise ConfigErrors([ConfigError("model.ref_load", f"converting {src.repo} to torch_dist failed "
                                                     f"(exit {code}); log {logfile}:\n{tail}",
                                                     "fix the model flags or the converter's environment "
