@@ -188,7 +188,7 @@ def input_path_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -
                                       f"point {facts.key_of(dest)} at an existing {kind}", value=path[:200],
                                       source=facts.source_of(dest)))
             continue
-        if not exists and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path) or path in facts.prepared:
+        if not exists and (dest in PREPARED_DATA_DESTS and facts.made_by_hook(path) or path in facts.prepared):
             continue
         if kind == "file" and is_file or kind == "directory" and is_dir or kind.startswith("file or") and exists:
             continue

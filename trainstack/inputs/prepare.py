@@ -242,6 +242,7 @@ def _transform_entry(src: DatasetSource, sha: str, file: str) -> cache.Entry:
 
 def prepare_model(src: ModelSource, conv: Converter | None, log: Log, recorded: Mapping[str, str]) -> list[Item]:
     items = []
+    _check_converter(src, conv)
     if not cache.managed(src.hf_dir):
         items.append(Item("model", f"{src.repo}@{src.revision}", src.hf_dir, "local",
                           detail="an existing directory trainstack did not make: used as it is"))
@@ -273,6 +274,23 @@ def prepare_model(src: ModelSource, conv: Converter | None, log: Log, recorded: 
     if src.torch_dist_dir and conv is not None:
         items.append(_convert(src, sha, hf_path, conv, log))
     return items
+
+
+def _check_converter(src: ModelSource, conv: Converter | None) -> None:
+    """Before a long download: the conversion after it must be able to start on this host."""
+    if conv is None or not src.torch_dist_dir or not cache.managed(src.torch_dist_dir):
+        return
+    argv = conv.argv("HF", "OUT")
+    problem = None
+    if shutil.which(argv[0]) is None:
+        problem = f"{argv[0]} is not on this host's PATH"
+    elif conv.backend != "tiny" and not os.path.isfile(argv[2]):
+        problem = f"slime's converter {argv[2]} does not exist on this host"
+    if problem:
+        raise ConfigErrors([ConfigError("model.ref_load", f"converting {src.repo} to torch_dist needs {problem}",
+                                        "install torch (torchrun) and point slime.root at a slime checkout on the "
+                                        "host that runs the trainer, or set model.ref_load to an existing torch_dist "
+                                        "directory", value=src.torch_dist_dir)])
 
 
 def _convert(src: ModelSource, sha: str | None, hf_path: str, conv: Converter, log: Log) -> Item:
