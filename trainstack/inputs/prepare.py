@@ -7,6 +7,7 @@ the second run, and a concurrent one, prepare nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -164,26 +165,62 @@ def last_resolved(root: str, kind: str, repo: str, revision: str) -> str | None:
         return None
 
 
+def _token() -> str | None:
+    """The Hub token as huggingface_hub finds it (HF_TOKEN, else the file `hf auth login` wrote)."""
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if token:
+        return token
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    try:
+        with open(os.environ.get("HF_TOKEN_PATH") or os.path.join(home, "token"), encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def hub_sha(repo: str, revision: str, repo_type: str, timeout: float = 30) -> str:
+    """One GET of the Hub's revision API (what HfApi.repo_info asks), without importing
+    huggingface_hub: a run whose inputs are all cached pays one request, not the client's import."""
+    import urllib.parse
+    import urllib.request
+
+    endpoint = (_endpoint() or "https://huggingface.co").rstrip("/")
+    url = f"{endpoint}/api/{repo_type}s/{repo}/revision/{urllib.parse.quote(revision, safe='')}"
+    req = urllib.request.Request(url, headers={"User-Agent": "trainstack"})
+    token = _token()
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (the Hub endpoint)
+        sha = json.loads(r.read()).get("sha")
+    if not isinstance(sha, str) or not pinned(sha):
+        raise ValueError(f"the Hub answered no commit sha for {repo}@{revision}")
+    return sha
+
+
 def resolve_revision(root: str, kind: str, repo: str, revision: str, repo_type: str, key: str) -> str:
     """A commit sha: a pinned revision as is; a branch or tag asked of the Hub (HF_ENDPOINT, token
-    from the environment) and remembered; offline (HF_HUB_OFFLINE=1): what it resolved to last."""
+    from the environment) and remembered; offline (HF_HUB_OFFLINE=1, or the Hub unreachable): what
+    it resolved to last on this volume."""
     if pinned(revision):
         return revision
-    from huggingface_hub import HfApi
-    from huggingface_hub.utils import HfHubHTTPError
+    import urllib.error
 
     try:
         if os.environ.get("HF_HUB_OFFLINE", "") in ("1", "true", "True"):
             raise OSError("HF_HUB_OFFLINE is set")
-        sha = HfApi(endpoint=_endpoint()).repo_info(repo, revision=revision, repo_type=repo_type).sha
-    except (HfHubHTTPError, OSError, ValueError) as ex:
+        sha = hub_sha(repo, revision, repo_type)
+    except urllib.error.HTTPError as ex:  # the Hub answered: no such repo/revision, or no access
+        raise ConfigErrors([ConfigError(key, f"the Hub answered {ex.code} for {repo}@{revision} ({ex.reason})",
+                                        "check the repo id and revision, and HF_TOKEN for a private or gated "
+                                        "repo", value=f"{repo}@{revision}")]) from None
+    except (OSError, ValueError) as ex:
         known = last_resolved(root, kind, repo, revision)
         if known:
             return known
         raise ConfigErrors([ConfigError(key, f"cannot resolve {repo}@{revision} to a commit ({type(ex).__name__}: "
                                         f"{str(ex).splitlines()[0][:200] if str(ex) else ''})",
-                                        "check the repo id and revision, HF_ENDPOINT and HF_TOKEN, or pin "
-                                        "the revision to a commit sha that is cached here", value=f"{repo}@{revision}")]) from None
+                                        "check HF_ENDPOINT and the network, or pin the revision to a commit sha "
+                                        "that is cached here", value=f"{repo}@{revision}")]) from None
     assert sha is not None
     ref = _ref_file(root, kind, repo, revision)
     os.makedirs(os.path.dirname(ref), exist_ok=True)
