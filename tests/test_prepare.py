@@ -196,3 +196,43 @@ def test_bad_source_is_bad_input(tmp_path):
     r = run_py(f"paths.runs_root={tmp_path}/runs", "dry_run=true",
                "+env.meta.data=[{repo: a/b, files: {x: y}, transform: bogus}]")
     assert r.returncode == 2 and "env.meta.data[0].transform" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bad_revision_is_one_clear_error(hub_inputs, tmp_path):
+    r = subprocess.run(_prepare_cmd(tmp_path, "model.meta.revision=no-such-branch"), cwd=ROOT, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "error: model.meta.revision:" in r.stderr, r.stderr[-2000:]
+    assert "the Hub answered 404" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "models" / "tiny-char").exists()
+
+
+def test_no_room_is_refused_before_downloading(tmp_path):
+    from trainstack.errors import ConfigErrors
+    from trainstack.inputs.prepare import _check_disk
+
+    with pytest.raises(ConfigErrors) as err:
+        _check_disk(str(tmp_path / "entry"), {"model.bin": 1 << 60}, "paths.models_root", "big/model@abc")
+    e = err.value.errors[0]
+    assert e.key == "paths.models_root" and "big/model@abc needs " in e.problem and "free" in e.problem
+    (tmp_path / "entry").mkdir()
+    (tmp_path / "entry" / "model.bin").write_bytes(b"x" * 10)
+    assert _check_disk(str(tmp_path / "entry"), {"model.bin": 10, "other": 5}, "k", "w") == 5  # resumed: only the rest
+
+
+def test_transforms_produce_slimes_keys(tmp_path):
+    from trainstack.inputs.transforms import apply
+
+    src = tmp_path / "oh.json"
+    src.write_text(json.dumps([{"conversations": [{"from": "system", "value": "be brief"},
+                                                  {"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]))
+    apply("openhermes", str(src), str(tmp_path / "oh.jsonl"), {})
+    row = json.loads((tmp_path / "oh.jsonl").read_text())
+    assert row == {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": "hello"}]}
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "1+1=", "answer": "2", "id": 3}\n')
+    apply("keys", str(qa), str(tmp_path / "out.jsonl"), {"question": "prompt", "answer": "label"})
+    assert json.loads((tmp_path / "out.jsonl").read_text()) == {"prompt": "1+1=", "label": "2", "id": 3}
+    pq = pytest.importorskip("pyarrow.parquet")  # slime's environment has it (datasets); this venv may not
+    apply("openhermes", str(src), str(tmp_path / "oh.parquet"), {})
+    assert pq.read_table(str(tmp_path / "oh.parquet")).to_pylist() == [row]

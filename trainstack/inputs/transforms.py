@@ -32,8 +32,15 @@ def _rows(src: str) -> Iterator[dict[str, Any]]:
 def _write(rows: Iterator[dict[str, Any]], dst: str) -> None:
     tmp = f"{dst}.tmp.{os.getpid()}"
     if dst.endswith(".parquet"):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            from trainstack.errors import ConfigError, ConfigErrors
+
+            raise ConfigErrors([ConfigError("env.meta.data", f"writing {os.path.basename(dst)} needs pyarrow, which "
+                                            "this host's Python lacks", "pip install pyarrow (slime's environment "
+                                            "has it), or name a .jsonl target", value=dst)]) from None
 
         pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
     else:
