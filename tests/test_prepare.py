@@ -236,3 +236,46 @@ def test_transforms_produce_slimes_keys(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")  # slime's environment has it (datasets); this venv may not
     apply("openhermes", str(src), str(tmp_path / "oh.parquet"), {})
     assert pq.read_table(str(tmp_path / "oh.parquet")).to_pylist() == [row]
+
+
+def test_exec_prepares_a_stored_run_on_the_executing_host(hub_inputs, tmp_path):
+    """What a SLURM job or a Lium pod runs: `trainstack exec` of a spec stored elsewhere, whose inputs this
+    host has never seen: its host checks trust what the prepare step makes, which runs before the trainer."""
+    from trainstack.pipeline import build_from_overrides
+    from trainstack.rundir import RunDir
+    from trainstack.runspec import RunSpec
+
+    hub, sha, _ = hub_inputs
+    run, cmd = build_from_overrides(overrides(tmp_path))
+    spec = RunSpec.from_run(run, cmd)
+    RunDir(spec.run_dir).write_spec(spec)
+    assert not (tmp_path / "models").exists()
+    r = subprocess.run([sys.executable, "-m", "trainstack", "exec", run.run_id, "--runs-root", str(tmp_path / "runs")],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = record(Path(spec.run_dir))
+    assert {i["kind"]: i["state"] for i in rec["items"]} == {"model": "download", "torch_dist": "convert",
+                                                            "dataset": "download"}
+    events = [json.loads(ln)["event"] for ln in (Path(spec.run_dir) / "events.jsonl").read_text().splitlines()]
+    assert events.index("inputs_prepared") < events.index("launch")
+
+
+def test_a_resume_keeps_the_commits_its_first_launch_resolved(hub_inputs, tmp_path):
+    from huggingface_hub import HfApi
+
+    from trainstack.inputs.prepare import for_run, prepare
+    from trainstack.pipeline import build_from_overrides
+
+    hub, sha1, _ = hub_inputs
+    run, cmd = build_from_overrides(overrides(tmp_path))
+    sources, conv = for_run(run.config, run.args, run.cluster, "")
+    first = prepare(sources, conv, log=lambda _m: None)
+    assert {i.sha for i in first.items if i.kind == "model"} == {sha1}
+    sha2 = HfApi(endpoint=hub.url).upload_file(path_or_fileobj=b"v2\n", path_in_repo="notes.txt", repo_id=MODEL).oid
+    resumed = prepare(sources, conv, log=lambda _m: None, recorded={MODEL: sha1})  # main moved; the run did not
+    assert [(i.kind, i.sha, i.state) for i in resumed.items if i.kind != "dataset"] == [
+        ("model", sha1, "cached"), ("torch_dist", sha1, "cached")]
+    fresh = prepare(sources, conv, log=lambda _m: None)  # a new run follows main
+    assert [(i.kind, i.sha, i.state) for i in fresh.items if i.kind != "dataset"] == [
+        ("model", sha2, "download"), ("torch_dist", sha2, "convert")]
+    assert (tmp_path / "models" / "tiny-char" / "notes.txt").read_bytes() == b"v2\n"  # the link follows the run

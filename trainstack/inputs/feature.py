@@ -44,7 +44,7 @@ def _dry_run_notes(run: Any) -> list[str]:
     if not items:
         return []
     lines = ["inputs (prepared on the host that runs the trainer, before it starts; cached content-addressed "
-             "under paths.models_root / paths.data_root; this plan reads the cache only, no network):"]
+             "under paths.models_root / paths.data_root; this plan reads this machine's cache only, no network):"]
     for item in items:
         lines.append("  " + item.line())
         if item.command and item.state == "convert":
