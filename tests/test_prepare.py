@@ -279,3 +279,16 @@ def test_a_resume_keeps_the_commits_its_first_launch_resolved(hub_inputs, tmp_pa
     assert [(i.kind, i.sha, i.state) for i in fresh.items if i.kind != "dataset"] == [
         ("model", sha2, "download"), ("torch_dist", sha2, "convert")]
     assert (tmp_path / "models" / "tiny-char" / "notes.txt").read_bytes() == b"v2\n"  # the link follows the run
+
+
+def test_a_failed_download_is_one_clear_error_and_resumes(hub_inputs, tmp_path):
+    hub, sha, _ = hub_inputs
+    hub.inject("status", match=f"GET /{MODEL}/resolve/{sha}/pytorch_model.bin", status=403, count=None)
+    r = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "error: model.meta.hf_repo: downloading " + f"{MODEL}@{sha} failed" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.lexists(tmp_path / "models" / "tiny-char")
+    hub.clear_faults()
+    again = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert downloads(hub, "tokenizer.json") == 1  # kept from the failed attempt, not fetched again

@@ -7,6 +7,7 @@ the second run, and a concurrent one, prepare nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.inputs import cache
@@ -259,6 +260,21 @@ def _check_disk(path: str, sizes: Mapping[str, int], key: str, what: str) -> int
     return need
 
 
+@contextlib.contextmanager
+def _fetching(key: str, what: str) -> Iterator[None]:
+    """A failed download (network, auth, a vanished revision) is one clear message; what was fetched
+    stays in the entry (no marker) and the next prepare resumes it."""
+    try:
+        yield
+    except ConfigErrors:
+        raise
+    except Exception as ex:  # huggingface_hub's and httpx's errors, OSError
+        first = (str(ex).strip().splitlines() or [""])[0][:300]
+        raise ConfigErrors([ConfigError(key, f"downloading {what} failed ({type(ex).__name__}: {first})",
+                                        "check the network, HF_ENDPOINT and HF_TOKEN, then launch again: the "
+                                        "partial download is kept and resumed", value=what)]) from None
+
+
 def _model_entry(src: ModelSource, sha: str) -> cache.Entry:
     return cache.Entry.at(src.models_root, "models", src.repo, "model", src.repo, sha)
 
@@ -296,10 +312,11 @@ def prepare_model(src: ModelSource, conv: Converter | None, log: Log, recorded: 
                 if entry.complete() is None:
                     from huggingface_hub import snapshot_download
 
-                    sizes = _remote_sizes(src.repo, sha, "model")
-                    nbytes = _check_disk(entry.path, sizes, "paths.models_root", f"{src.repo}@{sha[:12]}")
-                    log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                    snapshot_download(src.repo, revision=sha, local_dir=entry.path, endpoint=_endpoint())
+                    with _fetching("model.meta.hf_repo", f"{src.repo}@{sha}"):
+                        sizes = _remote_sizes(src.repo, sha, "model")
+                        nbytes = _check_disk(entry.path, sizes, "paths.models_root", f"{src.repo}@{sha[:12]}")
+                        log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
+                        snapshot_download(src.repo, revision=sha, local_dir=entry.path, endpoint=_endpoint())
                     entry.mark_complete(repo=src.repo, revision=src.revision, sha=sha, bytes=sum(sizes.values()))
                     state = "download"
                 elif waited:
@@ -346,8 +363,8 @@ def _convert(src: ModelSource, sha: str | None, hf_path: str, conv: Converter, l
                 if os.path.exists(entry.path):  # a killed conversion: redone from scratch, never used
                     log(f"removing an incomplete conversion {entry.path}")
                     shutil.rmtree(entry.path)
-                log("converting: " + " ".join(argv))
                 logfile = f"{entry.path}.log"
+                log(f"converting (log: {logfile}): " + " ".join(argv))
                 with open(logfile, "w", encoding="utf-8") as out:
                     code = subprocess.call(argv, env=conv.env(), stdout=out, stderr=subprocess.STDOUT,
                                            start_new_session=False)
@@ -383,16 +400,17 @@ def prepare_dataset(src: DatasetSource, log: Log, recorded: Mapping[str, str]) -
             if entry.complete() is None:
                 from huggingface_hub import hf_hub_download
 
-                sizes = _remote_sizes(src.repo, sha, "dataset", set(src.files))
-                missing = sorted(set(src.files) - set(sizes))
-                if missing:
-                    raise ConfigErrors([ConfigError("env.meta.data", f"{src.repo}@{sha[:12]} has no {missing[0]}",
-                                                    "name files the dataset repo has", value=missing)])
-                nbytes = _check_disk(entry.path, sizes, "paths.data_root", f"{src.repo}@{sha[:12]}")
-                log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                for name in src.files:
-                    hf_hub_download(src.repo, name, revision=sha, repo_type="dataset", local_dir=entry.path,
-                                    endpoint=_endpoint())
+                with _fetching("env.meta.data", f"{src.repo}@{sha}"):
+                    sizes = _remote_sizes(src.repo, sha, "dataset", set(src.files))
+                    missing = sorted(set(src.files) - set(sizes))
+                    if missing:
+                        raise ConfigErrors([ConfigError("env.meta.data", f"{src.repo}@{sha[:12]} has no {missing[0]}",
+                                                        "name files the dataset repo has", value=missing)])
+                    nbytes = _check_disk(entry.path, sizes, "paths.data_root", f"{src.repo}@{sha[:12]}")
+                    log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
+                    for name in src.files:
+                        hf_hub_download(src.repo, name, revision=sha, repo_type="dataset", local_dir=entry.path,
+                                        endpoint=_endpoint())
                 entry.mark_complete(repo=src.repo, sha=sha, files=sorted(src.files))
                 state = "download"
     for name, target in targets.items():
