@@ -112,18 +112,20 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
-def test_two_preparers_prepare_once(hub_inputs, tmp_path):
+def test_two_runs_started_together_prepare_once(hub_inputs, tmp_path):
     hub, sha, _ = hub_inputs
     hub.inject("delay", match=f"GET /{MODEL}/resolve", delay_s=0.5, count=None)  # the two overlap
-    procs = [subprocess.Popen(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), *overrides(tmp_path, "main", f"args.seed={seed}")],
+                              cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in (1, 2)]
+    outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    assert downloads(hub, "pytorch_model.bin") == 1
-    assert downloads(hub, "train.jsonl") == 1
-    said = "".join(o[0] for o in outs)
-    assert said.count(": convert") == 1 and said.count(": download") == 2  # model + dataset, once each
-    assert said.count(": cached") + said.count(": transform") == 3, said
+    assert downloads(hub, "pytorch_model.bin") == 1 and downloads(hub, "train.jsonl") == 1
+    recs = [record(run_dir_of(o[1])) for o in outs]
+    states = sorted(i["state"] for rec in recs for i in rec["items"])
+    assert states.count("convert") == 1 and states.count("download") == 2  # model + dataset, once each
+    assert states.count("cached") + states.count("transform") == 3
+    assert {i["sha"] for rec in recs for i in rec["items"] if i["kind"] == "model"} == {sha}
 
 
 def test_killed_download_is_resumed_never_used(hub_inputs, tmp_path):
