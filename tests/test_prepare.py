@@ -192,6 +192,13 @@ def test_dry_run_plan_reads_no_network(hub_inputs, tmp_path):
     assert "conversion: " in dry.stdout and "convert_tiny" in dry.stdout
     assert len(hub.requests) == n  # no network in a dry run
     assert not (tmp_path / "models").exists()
+    asked = subprocess.run(_prepare_cmd(tmp_path, "--plan", "--lookup"), cwd=ROOT, env=_env(), capture_output=True,
+                           text=True, timeout=120)  # unless asked: commits and sizes from the Hub
+    assert asked.returncode == 0, asked.stderr[-2000:]
+    size = len(b"".join(c for p, c in hub.files(MODEL).items()))
+    assert f"model {MODEL}@main (commit {sha[:12]}) -> {tmp_path}/models/tiny-char: download, {size / 1024:.1f} KiB" \
+        in asked.stdout
+    assert not os.path.lexists(tmp_path / "models" / "tiny-char")
 
 
 def test_bad_source_is_bad_input(tmp_path):

@@ -456,11 +456,14 @@ def prepare(sources: Sources, conv: Converter | None, log: Log = _stderr,
 # ------------------------------------------------------------------------------------------
 # the plan (dry run): from the cache alone, no network
 # ------------------------------------------------------------------------------------------
-def plan(sources: Sources, conv: Converter | None) -> list[Item]:
+def plan(sources: Sources, conv: Converter | None, lookup: bool = False) -> list[Item]:
+    """What preparing would do, from the cache alone; `lookup`: ask the Hub too (revisions, sizes)."""
     items: list[Item] = []
     src = sources.model
     if src:
         sha = last_resolved(src.models_root, "model", src.repo, src.revision)
+        if lookup:
+            sha = resolve_revision(src.models_root, "model", src.repo, src.revision, "model", "model.meta.revision")
         when = "" if pinned(src.revision) else f" (the launch resolves {src.revision!r} first)"
         if not cache.managed(src.hf_dir):
             items.append(Item("model", f"{src.repo}@{src.revision}", src.hf_dir, "local",
@@ -469,8 +472,12 @@ def plan(sources: Sources, conv: Converter | None) -> list[Item]:
         else:
             entry = _model_entry(src, sha) if sha else None
             done = entry.complete() if entry else None
+            nbytes = done.get("bytes") if done else None
+            if lookup and sha and not done:
+                with _fetching("model.meta.hf_repo", f"{src.repo}@{sha}"):
+                    nbytes = sum(_remote_sizes(src.repo, sha, "model").values())
             items.append(Item("model", f"{src.repo}@{src.revision}", src.hf_dir, "cached" if done else "download",
-                              sha, done.get("bytes") if done else None, detail=when.strip(" ()")))
+                              sha, nbytes, detail="" if lookup else when.strip(" ()")))
             hf = entry.path if entry else src.hf_dir
         if src.torch_dist_dir and conv is not None:
             if not cache.managed(src.torch_dist_dir):
@@ -484,7 +491,13 @@ def plan(sources: Sources, conv: Converter | None) -> list[Item]:
                                   "cached" if done else "convert", sha, command=argv))
     for d in sources.datasets:
         sha = last_resolved(d.data_root, "dataset", d.repo, d.revision)
+        if lookup:
+            sha = resolve_revision(d.data_root, "dataset", d.repo, d.revision, "dataset", "env.meta.data")
         entry = _dataset_entry(d, sha) if sha else None
+        sizes: dict[str, int] = {}
+        if lookup and sha and entry and entry.complete() is None:
+            with _fetching("env.meta.data", f"{d.repo}@{sha}"):
+                sizes = _remote_sizes(d.repo, sha, "dataset", set(d.files))
         for name, target in d.files.items():
             if not cache.managed(target):
                 state = "local"
@@ -492,7 +505,7 @@ def plan(sources: Sources, conv: Converter | None) -> list[Item]:
                 state = "cached"
             else:
                 state = "download"
-            items.append(Item("dataset", f"{d.repo}@{d.revision}:{name}", target, state, sha,
+            items.append(Item("dataset", f"{d.repo}@{d.revision}:{name}", target, state, sha, sizes.get(name),
                               detail=f"transform {d.transform}" if d.transform else ""))
     return items
 
