@@ -51,9 +51,12 @@ class HostFacts:
     key_of: Callable[[str], str] = lambda dest: f"args.{dest}"
     source_of: Callable[[str], str] = lambda dest: ""
     prepared_root: str | None = None  # an env data hook writes its files under here at launch
+    prepared: frozenset[str] = frozenset()  # paths a feature prepares at launch (hooks.PREPARED_PATHS)
 
     def made_by_hook(self, path: str) -> bool:
         """A data file the env's `meta.prepare` hook will write (under data_root) before the trainer starts."""
+        if path in self.prepared:
+            return True
         if not self.prepared_root:
             return False
         try:
@@ -67,7 +70,7 @@ class HostFacts:
         return cls(run_id=run.run_id, run_dir=run.run_dir, backend=run.cluster.backend,
                    launcher=run.cluster.launcher, launcher_settings=run.cluster.settings, args=run.args, command=cmd,
                    params=_int_or_none((run.meta.get("model") or {}).get("params")), key_of=run.key,
-                   source_of=run.source)
+                   source_of=run.source, prepared=_prepared(run.config, run.args))
 
     @classmethod
     def from_spec(cls, spec: Any) -> "HostFacts":
@@ -75,7 +78,7 @@ class HostFacts:
         return cls(run_id=spec.run_id, run_dir=spec.run_dir, backend=spec.cluster.backend,
                    launcher=spec.cluster.launcher, launcher_settings=spec.cluster.settings, args=dict(spec.args),
                    command=spec.slime_command(), params=_int_or_none((model.get("meta") or {}).get("params")),
-                   source_of=lambda dest: spec.arg_sources.get(dest, ""))
+                   source_of=lambda dest: spec.arg_sources.get(dest, ""), prepared=_prepared(spec.config, spec.args))
 
     @property
     def runs_here(self) -> bool:
@@ -83,6 +86,14 @@ class HostFacts:
         from trainstack.launch.registry import launcher_class
 
         return launcher_class(self.launcher).runs_here(self.launcher_settings or {})
+
+
+def _prepared(config: Any, args: Any) -> frozenset[str]:
+    from trainstack import hooks
+
+    if not isinstance(config, dict):
+        return frozenset()
+    return frozenset(p for prepared in hooks.get(hooks.PREPARED_PATHS) for p in prepared(config, args))
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -182,7 +193,7 @@ def input_path_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -
                                       f"point {facts.key_of(dest)} at an existing {kind}", value=path[:200],
                                       source=facts.source_of(dest)))
             continue
-        if not exists and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path):
+        if not exists and (dest in PREPARED_DATA_DESTS and facts.made_by_hook(path) or path in facts.prepared):
             continue
         if kind == "file" and is_file or kind == "directory" and is_dir or kind.startswith("file or") and exists:
             continue
