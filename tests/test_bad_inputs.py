@@ -119,6 +119,16 @@ CORPUS = [
     ("bad-run-id", ["run_id=a/b"], "run_id"),
     ("tiny-too-big", ["model=qwen3-8B"], "model"),
     ("tiny-ppo", ["algo=ppo"], "advantage_estimator"),
+    # accepted until the trainer (or the renewal thread) failed
+    ("empty-key", ["=5"], "no key before '='"),
+    ("empty-runs-root", ["paths.runs_root="], "paths.runs_root"),
+    ("empty-data-root", ["paths.data_root=' '"], "paths.data_root"),
+    ("allow-changes-unknown", ["resume.allow_changes=[lr,lrr]"], "resume.allow_changes"),
+    ("allow-changes-suggests", ["resume.allow_changes=[num_rollouts]"], "did you mean num_rollout"),
+    ("lease-ttl-overflow", ["resume.lease_ttl_s=1e308"], "resume.lease_ttl_s"),
+    ("grace-overflow", ["resume.grace_s=1e300"], "resume.grace_s"),
+    ("hub-retry-overflow", ["hub.repo_id=a/b", "hub.retry_max_s=1e300"], "hub.retry_max_s"),
+    ("url-credentials", ["args.wandb_host=https://user:pw@wandb.example"], "args.wandb_host"),
 ]
 
 
@@ -236,3 +246,67 @@ def test_output_paths_are_checked_before_anything_is_written(argv, needle, in_tm
     err = capsys.readouterr().err
     assert exc.value.code == 2 and needle in err and "Traceback" not in err, err
     assert files_under(in_tmp) == ["f"]
+
+
+# Bad input by class, through the real entry point: one message naming the key (or file) and the fix,
+# exit 2, never a traceback, nothing written.
+@pytest.mark.parametrize("case", ["equals-five", "binary-config", "output-proc", "runs-root-loop", "data-root-file",
+                                  "data-root-refuses", "logs-is-a-file", "lease-ttl-overflow"])
+def test_bad_input_classes_through_run_py(case, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    argv, needle = {
+        "equals-five": (["=5"], "no key before '='"),
+        "binary-config": (["--config-dir", str(tmp_path / "conf"), "env=blob"], "not a UTF-8 text file"),
+        "output-proc": (["output=/proc/x", "dry_run=true"], "output: no file can be created in /proc"),
+        "runs-root-loop": (["paths.runs_root=loop1"], "paths.runs_root: /"),
+        "data-root-file": (["paths.data_root=afile"], "error: paths.data_root: "),
+        "data-root-refuses": (["paths.data_root=/proc/ts-data"], "error: paths.data_root: /proc: "),
+        "logs-is-a-file": (["run_id=r1"], "logs: is a file where the run keeps its logs directory"),
+        "lease-ttl-overflow": (["resume.lease_ttl_s=1e308"], "error: resume.lease_ttl_s: "),
+    }[case]
+    (tmp_path / "conf" / "env").mkdir(parents=True)
+    (tmp_path / "conf" / "env" / "blob.yaml").write_bytes(bytes(range(256)) * 4)
+    (work / "loop1").symlink_to("loop2")
+    (work / "loop2").symlink_to("loop1")
+    (work / "afile").write_text("not a directory")
+    (work / "runs" / "r1").mkdir(parents=True)
+    (work / "runs" / "r1" / "logs").write_text("a file where a directory goes")
+    before = files_under(work)
+    res = run_py(*argv, cwd=work)
+    assert res.returncode == 2, (case, res.stdout[-1000:], res.stderr[-2000:])
+    assert "Traceback" not in res.stderr and needle in res.stderr and "fix" in res.stderr, res.stderr[-2000:]
+    assert files_under(work) == before
+
+
+def test_refused_sweep_leaves_nothing(tmp_path):
+    res = run_py("-m", "algo.lr=1e-3,2e-3", "args.rollout_batch_size=abc", cwd=tmp_path)
+    assert res.returncode == 2 and "args.rollout_batch_size" in res.stderr, res.stderr[-2000:]
+    assert files_under(tmp_path) == []  # no empty multirun/ either
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run_id=123"], ("run_id", "123")),
+    (["name=2024"], ("name", "2024")),
+    (["args.rollout_sample_hook_path=trainstack.tiny.arithmetic.reward"],
+     ("rollout_sample_hook_path", ["trainstack.tiny.arithmetic.reward"])),
+    (["args.router_prefill=http://127.0.0.1:30000"], ("router_prefill", [["http://127.0.0.1:30000"]])),
+])
+def test_values_refused_by_mistake_are_accepted(argv, expected, in_tmp):
+    """An int-looking run id is a name (the string), and one value for an append dest is one occurrence."""
+    from trainstack.pipeline import build_from_overrides
+
+    run, cmd = build_from_overrides(argv)
+    key, value = expected
+    got = getattr(run, key, None) if key in ("run_id", "name") else run.args[key]
+    assert got == value, got
+    if key == "run_id":
+        assert run.run_dir.endswith("/123")
+
+
+def test_int_looking_run_id_in_a_config_file_is_a_name(tmp_path):
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "num.yaml").write_text("# @package _global_\nrun_id: 4711\nname: 2024\n")
+    res = run_py("--config-dir", str(tmp_path / "conf"), "experiment=num", "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "(run dir " + str(tmp_path / "runs" / "4711") + ")" in res.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from conftest import run_py
+from conftest import ROOT, run_py
 
 
 def test_every_launcher_owns_typed_settings_and_the_core_cluster_has_none():
@@ -91,7 +91,6 @@ def test_one_hydra_sweep_plugin_drives_every_launcher():
     """hydra/launcher=<name> for every entry point is the one plugin; backends add no Hydra code."""
     from hydra.core.config_store import ConfigStore
 
-    from conftest import ROOT
     from hydra_plugins.trainstack_launchers.launcher import TARGET
     from trainstack.launch import registry
 

@@ -339,7 +339,7 @@ def test_run_py_refuses_in_one_message(overrides, tmp_path):
 
 
 @pytest.mark.parametrize("file,content", [
-    (layout.SPEC, "{not json"), (layout.STATUS, "[1, 2]"), (layout.LEASE, "garbage"),
+    (layout.SPEC, "{not json"), (layout.SPEC, "[1, 2]"), (layout.STATUS, "[1, 2]"), (layout.LEASE, "garbage"),
     (layout.EVENTS, '{"event": "launch"}\nnot json\n'), (layout.ARGS, '"x"'),
 ])
 def test_cli_subprocess_corrupt_file(file, content, tmp_path):
@@ -354,4 +354,94 @@ def test_cli_subprocess_corrupt_file(file, content, tmp_path):
         assert "Traceback" not in res.stderr and file in res.stderr and "fix" in res.stderr
     res = run_py(*RELAUNCH, cwd=tmp_path)  # relaunching the run
     assert res.returncode == 2 and file in res.stderr and "Traceback" not in res.stderr, res.stderr[-1500:]
+    assert snapshot(tmp_path) == before
+
+
+# ------------------------------------------------------------------------------------------
+# 4. numbers out of range: refused naming the key, or safe where they are used
+# ------------------------------------------------------------------------------------------
+def numeric_schema_keys() -> list[str]:
+    from trainstack.schema import ROOT_SECTIONS, ClusterSpec
+
+    keys = []
+    for section, cls in ROOT_SECTIONS.items():
+        if cls is ClusterSpec:  # its launcher fields move out of it (another change); numbers checked by rules
+            continue
+        hints = __import__("typing").get_type_hints(cls)
+        keys += [f"{section}.{f.name}" for f in dataclasses.fields(cls)
+                 if hints[f.name] in (int, float) or str(hints[f.name]) in ("typing.Optional[int]",
+                                                                             "typing.Optional[float]")]
+    return keys
+
+
+NUMERIC_KEYS = numeric_schema_keys()
+HUGE = st.one_of(st.sampled_from(["1e308", "1e400", "-1e400", "inf", "-inf", "nan", str(10 ** 30), "9.3e9", "-1",
+                                  "0", "604801", "1e-320"]),
+                 st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                 st.integers(min_value=-(10 ** 40), max_value=10 ** 40).map(str))
+
+
+def test_numeric_sample_covers_the_timeouts():
+    assert {"resume.lease_ttl_s", "resume.grace_s", "hub.final_timeout_s", "hub.retry_max_s", "hub.every",
+            "hub.keep"} <= set(NUMERIC_KEYS)
+
+
+@SETTINGS
+@given(key=st.sampled_from(NUMERIC_KEYS), value=HUGE)
+def test_numbers_out_of_range_are_refused_naming_the_key_or_safe(key, value, scratch):
+    """A number the schema accepts must be usable where it is used: seconds become thread waits (at
+    most threading.TIMEOUT_MAX) and wall-clock deadlines (time.localtime of now + value); anything
+    else is a ConfigError naming the key, never an exception escaping (resume.lease_ttl_s=1e308
+    overflowed the lease renewal thread)."""
+    import threading
+    import time
+
+    from trainstack.lease import heartbeat_interval
+    from trainstack.pipeline import build_from_overrides
+
+    overrides = [f"{key}={value}"] + (["hub.repo_id=a/b"] if key.startswith("hub.") else [])
+    with cwd(scratch):
+        try:
+            run, _cmd = build_from_overrides(overrides)
+        except ConfigErrors as err:
+            check_refusal(err)
+            assert key in err.render(), (key, value, [e.key for e in err.errors])  # itself, or in a rule with it
+            return
+    section, name = key.split(".")
+    got = getattr(getattr(run, section), name)
+    if name.endswith("_s"):
+        assert 0 <= got <= threading.TIMEOUT_MAX, (key, got)
+        time.localtime(time.time() + got)  # a deadline that can be shown and compared
+        if name == "lease_ttl_s":
+            assert heartbeat_interval(got) <= threading.TIMEOUT_MAX
+    elif got is not None:
+        assert got >= 0, (key, got)
+
+
+def test_unreadable_checkpoint_is_named_before_the_trainer_fails(tmp_path, monkeypatch):
+    """A file of the checkpoint a resume loads that cannot be read here (its permissions) is one
+    message naming the file and the fix, from the relaunch's and exec's checks; before, the
+    completeness test (sizes only) passed it and the trainer failed with a traceback. Tests run as
+    root, so the permission is taken away through os.access."""
+    from trainstack import runspec
+    from trainstack.preflight import check_stored
+
+    run_id = build_run_tree(tmp_path)
+    run_dir = tmp_path / "runs" / run_id
+    victim = next(p for p in (run_dir / "checkpoints" / "iter_0000003").rglob("*") if p.is_file())
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == victim and mode & os.R_OK
+                        else real_access(p, mode, **kw))
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigErrors) as exc:
+        check_stored(runspec.load(run_dir))
+    text = exc.value.render()
+    assert str(victim) in text and "permission denied" in text and "chmod" in text
+    with cwd(tmp_path), pytest.raises(ConfigErrors) as exc:
+        from trainstack.pipeline import build_from_overrides
+        from trainstack.preflight import preflight
+
+        run, cmd = build_from_overrides(RELAUNCH)
+        preflight(run, cmd, launching=True)
+    assert str(victim) in exc.value.render()
     assert snapshot(tmp_path) == before

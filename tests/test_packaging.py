@@ -64,7 +64,7 @@ def test_wheel_installs_only_our_top_level_packages(wheel):
     if top_level_txt:
         assert set(wheel.read(top_level_txt).decode().split()) <= top
     assert "trainstack_plugins/http_env/generate.py" in names
-    assert "hydra_plugins/trainstack_lium/launcher.py" in names
+    assert "hydra_plugins/trainstack_launchers/launcher.py" in names
 
 
 def test_wheel_ships_no_fakes_or_test_support(wheel):

@@ -39,11 +39,16 @@ def keys(errors) -> list[str]:
     return sorted({e.key for e in errors})
 
 
+LOCAL_INPUTS = ["model.meta.hf_repo=null", "env.meta.data=null"]  # no sources: inputs are the user's paths
+
+
 def test_a_local_slime_run_needs_the_checkout_and_its_inputs_here(tmp_path):
-    report, errors = checks(QWEN, tmp_path)
+    report, errors = checks([*QWEN, *LOCAL_INPUTS], tmp_path)
     assert report is None
     assert keys(errors) == ["env.eval_prompt_data", "env.prompt_data", "model.hf_checkpoint", "model.ref_load",
                             "slime.root"]
+    _, errors = checks(QWEN, tmp_path)  # with the presets' sources the launch prepares them (docs/inputs.md)
+    assert keys(errors) == ["slime.root"]
     slime = next(e for e in errors if e.key == "slime.root")
     assert f"{tmp_path}/slime/train.py does not exist on this machine" in slime.problem
     assert "git submodule update --init slime" in slime.fix
@@ -80,8 +85,8 @@ def test_inputs_must_be_the_right_kind(tmp_path):
     fake_gpu_host(tmp_path, QWEN)
     (tmp_path / "adir").mkdir()
     (tmp_path / "afile").write_text("x")
-    _, errors = checks([*QWEN, "env.prompt_data=adir", "model.ref_load=afile", "model.hf_checkpoint=nowhere"],
-                       tmp_path)
+    _, errors = checks([*QWEN, *LOCAL_INPUTS, "env.prompt_data=adir", "model.ref_load=afile",
+                        "model.hf_checkpoint=nowhere"], tmp_path)
     by_key = {e.key: e for e in errors}
     assert set(by_key) == {"env.prompt_data", "model.ref_load", "model.hf_checkpoint"}
     assert "is a directory, not a file" in by_key["env.prompt_data"].problem
@@ -161,12 +166,12 @@ def test_exec_checks_the_executing_host_first(tmp_path):
     old = os.getcwd()
     os.chdir(tmp_path)
     try:
-        run, cmd = build_from_overrides([*QWEN, "cluster=slurm_8xh100"])
+        run, cmd = build_from_overrides([*QWEN, *LOCAL_INPUTS, "cluster=slurm_8xh100"])
     finally:
         os.chdir(old)
     spec = RunSpec.from_run(run, cmd)
     RunDir(spec.run_dir).write_spec(spec)
-    Path(run.args["ref_load"]).rmdir()
+    Path(run.args["ref_load"]).rmdir()  # a user's own input (no source to prepare it from) missing there
     before = files_under(tmp_path)
     res = subprocess.run([sys.executable, "-m", "trainstack", "exec", run.run_id], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120,

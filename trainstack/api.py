@@ -260,10 +260,10 @@ class Run:
 
     def status(self) -> RunStatus:
         """Where the run stands (`trainstack status RUN`), from its run directory and scheduler."""
-        from trainstack.rundir import RunDir
+        from trainstack.rundir import RunDir, layout
         from trainstack.status import collect, fill
 
-        if not Path(self.run_dir, "status.json").exists() and not Path(self.run_dir, "spec.json").exists():
+        if not Path(self.run_dir, layout.STATUS).exists() and not Path(self.run_dir, layout.SPEC).exists():
             return RunStatus(self.run_id, self.run_dir, None, None, None, None, None, None)
         (row,) = fill(collect([self.run_dir]))
         return RunStatus(run_id=row.run_id, run_dir=row.run_dir, state=row.state, rollouts=row.rollouts,

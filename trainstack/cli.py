@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from typing import NoReturn
 
 from trainstack.errors import ConfigErrors, report_and_exit
 
@@ -239,8 +240,17 @@ def add_commander(sub) -> None:
 # --- end commander ---------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's errors echo what was typed: a secret after a misplaced flag is hidden (subcommands too)."""
+
+    def error(self, message: str) -> NoReturn:
+        from trainstack.secrets import redact_text
+
+        super().error(redact_text(message))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trainstack", description=__doc__)
+    parser = _Parser(prog="trainstack", description=__doc__)
     from trainstack.version import VersionAction
 
     parser.add_argument("--version", action=VersionAction, help="the version and the slime commit it renders for")

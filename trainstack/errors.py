@@ -35,7 +35,7 @@ class ConfigError:
             lines.append(redact_text(f"  {k} = {v!r}"))
         if self.fix:
             lines.append(f"  fix   : {redact_text(self.fix)}")
-        return "\n".join(lines)
+        return redact_text("\n".join(lines))  # the key too: a secret typed where a key goes
 
 
 class ConfigErrors(Exception):

@@ -175,3 +175,17 @@ def use(reg: Registry | None) -> Registry | None:
     global _REGISTRY
     old, _REGISTRY = _REGISTRY, reg
     return old
+
+
+# ------------------------------------------------------------------------------------------
+# Points added by the inputs feature (trainstack/inputs: model weights, datasets, torch_dist)
+# ------------------------------------------------------------------------------------------
+PreparedPathsHook = Callable[[Mapping[str, Any], Mapping[str, Any]], Any]  # (config tree, args) -> [paths]
+PrepareInputsHook = Callable[[Any, Any], None]  # (RunSpec, RunDir) -> None
+
+PREPARED_PATHS: HookPoint[PreparedPathsHook] = HookPoint(
+    "host.prepared_paths", "input paths a launch creates before the trainer (the host checks trust them to appear)")
+PREPARE_INPUTS: HookPoint[PrepareInputsHook] = HookPoint(
+    "lifecycle.prepare_inputs", "lease held, before the trainer on the executing host: download, convert, link "
+    "the run's inputs")
+POINTS = POINTS + (PREPARED_PATHS, PREPARE_INPUTS)

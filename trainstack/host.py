@@ -51,9 +51,12 @@ class HostFacts:
     key_of: Callable[[str], str] = lambda dest: f"args.{dest}"
     source_of: Callable[[str], str] = lambda dest: ""
     prepared_root: str | None = None  # an env data hook writes its files under here at launch
+    prepared: frozenset[str] = frozenset()  # paths a feature prepares at launch (hooks.PREPARED_PATHS)
 
     def made_by_hook(self, path: str) -> bool:
         """A data file the env's `meta.prepare` hook will write (under data_root) before the trainer starts."""
+        if path in self.prepared:
+            return True
         if not self.prepared_root:
             return False
         try:
@@ -67,7 +70,7 @@ class HostFacts:
         return cls(run_id=run.run_id, run_dir=run.run_dir, backend=run.cluster.backend,
                    launcher=run.cluster.launcher, launcher_settings=run.cluster.settings, args=run.args, command=cmd,
                    params=_int_or_none((run.meta.get("model") or {}).get("params")), key_of=run.key,
-                   source_of=run.source)
+                   source_of=run.source, prepared=_prepared(run.config, run.args))
 
     @classmethod
     def from_spec(cls, spec: Any) -> "HostFacts":
@@ -75,7 +78,7 @@ class HostFacts:
         return cls(run_id=spec.run_id, run_dir=spec.run_dir, backend=spec.cluster.backend,
                    launcher=spec.cluster.launcher, launcher_settings=spec.cluster.settings, args=dict(spec.args),
                    command=spec.slime_command(), params=_int_or_none((model.get("meta") or {}).get("params")),
-                   source_of=lambda dest: spec.arg_sources.get(dest, ""))
+                   source_of=lambda dest: spec.arg_sources.get(dest, ""), prepared=_prepared(spec.config, spec.args))
 
     @property
     def runs_here(self) -> bool:
@@ -83,6 +86,14 @@ class HostFacts:
         from trainstack.launch.registry import launcher_class
 
         return launcher_class(self.launcher).runs_here(self.launcher_settings or {})
+
+
+def _prepared(config: Any, args: Any) -> frozenset[str]:
+    from trainstack import hooks
+
+    if not isinstance(config, dict):
+        return frozenset()
+    return frozenset(p for prepared in hooks.get(hooks.PREPARED_PATHS) for p in prepared(config, args))
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -98,6 +109,8 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     if only is None:
         errors += plugin_problems(facts)
         errors += runs_root_problems(facts, free_space=True)
+        errors += prepared_root_problems(facts)
+        errors += checkpoint_read_problems(facts)
     return errors
 
 
@@ -180,7 +193,7 @@ def input_path_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -
                                       f"point {facts.key_of(dest)} at an existing {kind}", value=path[:200],
                                       source=facts.source_of(dest)))
             continue
-        if not exists and dest in PREPARED_DATA_DESTS and facts.made_by_hook(path):
+        if not exists and (dest in PREPARED_DATA_DESTS and facts.made_by_hook(path) or path in facts.prepared):
             continue
         if kind == "file" and is_file or kind == "directory" and is_dir or kind.startswith("file or") and exists:
             continue
@@ -247,9 +260,21 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
     runs_root = run_dir.parent
     base = _existing_ancestor(run_dir)
     key = "paths.runs_root"
+    loop = _broken_link(run_dir)
+    if loop is not None:
+        return [ConfigError(key, f"{loop} is a symbolic link that leads nowhere (a loop, or a missing target)",
+                            "point paths.runs_root at a real directory, or fix the link", value=str(runs_root))]
     if not base.is_dir():
         return [ConfigError(key, f"{base} is a file, so {run_dir} cannot be created", "set paths.runs_root to a "
                             "directory (or a path where one can be created)", value=str(runs_root))]
+    from trainstack.rundir import layout
+
+    for name in (layout.LOGS, layout.CHECKPOINTS, layout.TENSORBOARD):  # a run dir's own folders
+        sub = run_dir / name
+        if sub.exists() and not sub.is_dir():
+            return [ConfigError(str(sub), f"is a file where the run keeps its {name} directory",
+                                f"move it aside (mv {sub} {sub}.bak); trainstack recreates the directory",
+                                value=str(sub))]
     if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
         return [ConfigError(key, f"{base} is not writable, so {run_dir} cannot be created",
                             "set paths.runs_root to a writable directory", value=str(runs_root))]
@@ -261,6 +286,59 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
                                 f"{_size(need)}", "free space there, or set paths.runs_root to a larger disk"
                                 + ("" if facts.args.get("no_save_optim") else " (args.no_save_optim=true halves it "
                                    "and more: no optimizer state)"), value=str(runs_root))]
+    return []
+
+
+def _broken_link(path: Path) -> Path | None:
+    """The first component of `path` that is a symbolic link to nowhere (a loop or a missing target)."""
+    for p in reversed((path, *path.parents)):
+        if p.is_symlink() and not p.exists():
+            return p
+    return None
+
+
+def checkpoint_read_problems(facts: HostFacts) -> list[ConfigError]:
+    """The checkpoint a resume loads must be readable here: the completeness test reads sizes only,
+    and an unreadable file would fail the trainer with a traceback after the launch."""
+    from trainstack.checkpoints import inspect
+    from trainstack.rundir import layout
+
+    save = str(facts.args.get("load") or Path(facts.run_dir) / layout.CHECKPOINTS)
+    latest = inspect(save).latest_complete
+    if latest is None:
+        return []
+    iter_dir = Path(save) / layout.iter_name(latest)
+    for dirpath, dirnames, filenames in os.walk(iter_dir):
+        for name in [*dirnames, *filenames]:
+            p = Path(dirpath) / name
+            if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+                return [ConfigError(str(p), "cannot be read here (permission denied): resuming loads it",
+                                    f"make it readable (chmod -R u+rX {iter_dir}), or move {iter_dir} aside to "
+                                    "resume from the checkpoint before it", value=str(p))]
+    return []
+
+
+def prepared_root_problems(facts: HostFacts) -> list[ConfigError]:
+    """The env's data hook writes under paths.data_root at launch: it must be (or become) a writable
+    directory, not a file or a read-only place."""
+    if not facts.prepared_root:
+        return []
+    root = Path(facts.prepared_root)
+    key, fix = "paths.data_root", "set paths.data_root to a writable directory (or a path where one can be created)"
+    loop = _broken_link(root)
+    if loop is not None:
+        return [ConfigError(key, f"{loop} is a symbolic link that leads nowhere (a loop, or a missing target)", fix,
+                            value=str(root))]
+    base = _existing_ancestor(root)
+    if not base.is_dir():
+        return [ConfigError(key, f"{base} is a file, so the env's data cannot be written under {root}", fix,
+                            value=str(root))]
+    from trainstack.outputs import cannot_create_in
+
+    why = "not writable" if not os.access(base, os.W_OK | os.X_OK) or _read_only(base) else cannot_create_in(base)
+    if why:
+        return [ConfigError(key, f"{base}: {why}, so the env's data cannot be written under {root}", fix,
+                            value=str(root))]
     return []
 
 

@@ -35,8 +35,14 @@ def translate(ex: BaseException, conf_dirs: list[str]) -> ConfigErrors | None:
 
     chain = _chain(ex)
     for e in chain:
+        if isinstance(e, ConfigErrors):  # raised by our own code inside the app: already one message
+            return e
         if isinstance(e, yaml.MarkedYAMLError):
             return ConfigErrors([yaml_error(e)])
+        if isinstance(e, UnicodeDecodeError):
+            found = [not_text_error(p) for d in conf_dirs for p in sorted(Path(d).rglob("*.yaml")) if not _is_text(p)]
+            return ConfigErrors(found or [ConfigError("config", "a config file is not UTF-8 text", "save the config "
+                                                      "files as UTF-8 YAML")])
     if any(isinstance(e, RecursionError) for e in chain):
         found = recursive_anchor_errors(conf_dirs)
         return ConfigErrors(found or [ConfigError(
@@ -54,6 +60,21 @@ def translate(ex: BaseException, conf_dirs: list[str]) -> ConfigErrors | None:
             return ConfigErrors([ConfigError("overrides", msg, "check the overrides and the config files they "
                                              "select (python run.py --help lists the presets)")])
     return None
+
+
+def _is_text(path: Path) -> bool:
+    try:
+        path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def not_text_error(path: Path) -> ConfigError:
+    return ConfigError(str(path), "is not a UTF-8 text file (a binary file where a YAML config is expected)",
+                       "remove it from the config directory, or save it as UTF-8 YAML")
 
 
 def yaml_error(ex: Any, path: str | None = None) -> ConfigError:

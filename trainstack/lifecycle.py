@@ -165,6 +165,8 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
               f"e.g. env.num_rollout={rp.suggested_num_rollout()} (same run_id, resumes from "
               f"{rp.from_rollout})", file=sys.stderr)
         return 0
+    for prepare_inputs in hooks.get(hooks.PREPARE_INPUTS):  # e.g. download + convert the model and datasets
+        prepare_inputs(spec, rundir)
     prepare_data(spec.data_prepare, spec.data_root)
     rundir.write_spec(spec)
     argv = spec.slime_command().full_argv()

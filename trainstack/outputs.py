@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from trainstack.errors import ConfigError
+from trainstack.errors import ConfigError, ConfigErrors
 
 
 def output_problem(path: str, key: str, suffixes: tuple[str, ...] = ()) -> ConfigError | None:
@@ -36,7 +36,29 @@ def output_problem(path: str, key: str, suffixes: tuple[str, ...] = ()) -> Confi
             return ConfigError(key, f"{base} is on a read-only filesystem", "choose a writable location", value=path)
     except OSError:
         pass
+    if not p.exists():  # permissions say yes, the filesystem may still say no (/proc, /sys): ask it
+        why = cannot_create_in(base)
+        if why:
+            return ConfigError(key, f"no file can be created in {base} ({why})", "choose a writable location",
+                               value=path)
     return None
+
+
+def cannot_create_in(directory: Path) -> str:
+    """Why no file can be created in `directory` ("" when one can): a probe file, removed at once."""
+    probe = directory / f".trainstack-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return ""
+    except OSError as ex:
+        return ex.strerror or str(ex)
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return ""
 
 
 def prepare(path: str) -> Path:
@@ -46,5 +68,10 @@ def prepare(path: str) -> Path:
     return p
 
 
-def write_text(path: str, text: str) -> None:
-    prepare(path).write_text(text, encoding="utf-8")
+def write_text(path: str, text: str, key: str = "output") -> None:
+    """Write a checked output; a failure the checks could not foresee is still one message."""
+    try:
+        prepare(path).write_text(text, encoding="utf-8")
+    except OSError as ex:
+        raise ConfigErrors([ConfigError(key, f"{path} cannot be written ({ex.strerror or ex})",
+                                        "choose a writable location", value=path)]) from None

@@ -14,15 +14,17 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
-from trainstack.secrets import env_fix, is_secret_name, redact_override
+from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
 _FREE_MAPS = {"runtime_env.env_vars"}  # user-named keys
+_STRING_SCALARS = ("run_id", "name")  # names: `run_id=123` is the string "123"
+_NUMBER = re.compile(r"^[+-]?(\d[\d_]*\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 
 @lru_cache(maxsize=None)
@@ -41,6 +43,9 @@ def _simple_values(value: str) -> list[str] | None:
 
 
 def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str, ConfigError | None]:
+    if "=" in token and not token.split("=", 1)[0].lstrip("+~").strip():  # `=5`: Hydra would crash on it
+        return token, ConfigError("overrides", f"`{token}` has no key before '='", "write key=value, e.g. algo.lr=1e-6",
+                                  source="command line")
     m = _OVERRIDE.match(token)
     if not m:
         return token, None  # let Hydra's own parser explain
@@ -52,6 +57,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         return token, None
     if key == "resume" and value is not None and prefix == "":  # shorthand: resume=never
         return f"resume.mode={value}", None
+    if key in _STRING_SCALARS and value is not None and _NUMBER.match(value):  # run_id=123: a name, not a number
+        return f"{prefix}{key}='{value}'", None
     if head in GROUPS and not rest:  # group choice: model=qwen3-4B
         options = group_options(conf_dir, head)
         vals = _simple_values(value or "")
@@ -115,7 +122,16 @@ def split_hydra_argv(argv: list[str]) -> tuple[list[str], Any]:
     `--info defaults`, `-sc install=bash`, `--config-dir D` are not)."""
     from hydra._internal.utils import get_args_parser
 
-    ns, _unknown = get_args_parser().parse_known_args(argv)  # bad flags: Hydra reports them itself
+    parser = get_args_parser()
+
+    def refuse(message: str) -> NoReturn:  # argparse would print the value as typed (a secret after a flag)
+        raise ConfigErrors([ConfigError("command line", message, "python run.py --help lists the flags; overrides "
+                                        "are key=value")])
+
+    parser.error = refuse  # type: ignore[method-assign]
+    ns, unknown = parser.parse_known_args(argv)
+    if unknown:
+        refuse(f"unrecognized arguments: {' '.join(unknown)}")
     return list(ns.overrides or []), ns
 
 
@@ -130,12 +146,16 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
     dirs = os.pathsep.join(filter(None, [conf_dir, flags.config_dir]))  # --config-dir adds presets
     for tok in overrides:
         if redact_override(tok) != tok:  # refused before Hydra writes it anywhere (multirun.yaml, overrides.yaml)
-            key = tok.split("=", 1)[0].lstrip("+~")
-            leaf = next((m for m in re.findall(r"[A-Za-z_][\w]*", tok.split("=", 1)[-1]) if is_secret_name(m)), key)
-            errors.append(ConfigError(key, "holds a secret; secrets must not be put in configs or on the command "
-                                      "line (they end up in saved configs, logs and sweep manifests)",
-                                      env_fix(key if is_secret_name(key.rsplit(".", 1)[-1]) else leaf),
-                                      source=f"command line `{redact_override(tok)}`"))
+            key, _, value = tok.partition("=")
+            key = key.lstrip("+~")
+            leaf = next((m for m in re.findall(r"[A-Za-z_][\w]*", value) if is_secret_name(m)), key)
+            why = secret_in_value(value)
+            fix = env_fix(key if is_secret_name(key.rsplit(".", 1)[-1]) else leaf)
+            if "URL" in why:
+                fix = f"drop user:password@ from {key}; " + fix
+            errors.append(ConfigError(key, f"holds a secret{f' ({why})' if why else ''}; secrets must not be put "
+                                      "in configs or on the command line (they end up in saved configs, logs and "
+                                      "sweep manifests)", fix, source=f"command line `{redact_override(tok)}`"))
             rewritten.append(tok)
             continue
         new, err = check_override(tok, dirs, has_searchpath)
@@ -209,13 +229,16 @@ def yaml_errors(conf_dirs: str, overrides: list[str]) -> list[ConfigError]:
     """A broken YAML file is one message naming the file and line, not a parser traceback; so is a key
     written twice in one mapping and an anchor that contains itself (`conf_dirs`: os.pathsep-joined,
     the packaged conf/ and a --config-dir)."""
-    from trainstack.hydra_errors import structure_errors
+    from trainstack.hydra_errors import not_text_error, structure_errors
 
     errors = []
     for path in _selected_files([Path(d) for d in conf_dirs.split(os.pathsep)], overrides):
         try:
             text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        except UnicodeDecodeError:
+            errors.append(not_text_error(path))
+            continue
+        except OSError:
             continue
         errors += structure_errors(path, text)
     return errors

@@ -13,9 +13,9 @@ from trainstack.validate import validate
 def build(cfg: Any, origin: Origin) -> tuple[ResolvedRun, SlimeCommand]:
     """Resolve, validate and render a composed config; raises ConfigErrors with every problem."""
     run = resolve(cfg, origin)
-    from trainstack.wandb_naming import name_wandb_run
+    from trainstack.wandb_naming import name_wandb_run, sweep_name
 
-    name_wandb_run(run)  # W&B: named by the run id, grouped by its sweep (docs/compare.md)
+    name_wandb_run(run, sweep_name(cfg))  # W&B: named by the run id, grouped by its sweep (docs/compare.md)
     errors = validate(run)
     if errors:
         raise ConfigErrors(errors)

@@ -20,7 +20,7 @@ from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
-from trainstack.secrets import env_fix, is_secret_name, redact_override
+from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
 from trainstack.schema import (
     DEST_NAMESPACES,
     HubSpec,
@@ -174,7 +174,12 @@ def absolute(path: str, cwd: str) -> str:
     if not isinstance(path, str) or "://" in path:
         return path
     p = Path(os.path.expanduser(path))
-    return str(p if p.is_absolute() else (Path(cwd) / p).resolve())
+    if p.is_absolute():
+        return str(p)
+    try:
+        return os.path.realpath(Path(cwd) / p)  # a symlink loop stays as written: the host checks name it
+    except (ValueError, OSError):  # a NUL byte: the path checks name it
+        return os.path.abspath(Path(cwd) / p)
 
 
 def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> list[ConfigError]:
@@ -285,6 +290,8 @@ def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[
 def normalise_append(spec: at.ArgSpec, value: Any) -> Any:
     """An append action that takes values (`--router-prefill URL [PORT]`, repeated) holds one list per
     occurrence in slime's namespace: `[url1, url2]` is written as `[[url1], [url2]]`."""
+    if spec.kind == at.APPEND and value is not None and not isinstance(value, list):
+        value = [value]  # one occurrence: `args.router_prefill=URL`
     if spec.kind != at.APPEND or spec.nargs is None or not isinstance(value, list):
         return value
     return [v if isinstance(v, list) else [v] for v in value]
@@ -456,6 +463,9 @@ def typed_sections(tree: dict[str, Any], origin: Origin
     for key in tree:
         if key not in ROOT_KEYS:
             errors.append(unknown_key_error(key, ROOT_KEYS - {"hydra"}, "", origin.source_of(key)))
+    for key in ("run_id", "name"):  # `run_id: 123` in a file is a name, like run_id=123 on the command line
+        if isinstance(tree.get(key), int) and not isinstance(tree[key], bool):
+            tree[key] = str(tree[key])
     for key, tp in ROOT_SCALARS.items():
         if key in tree and not check_value(tp, tree[key]):
             errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})", f"set {key} correctly",
@@ -526,6 +536,8 @@ def secret_paths(node: Any, prefix: str) -> list[str]:
     elif isinstance(node, list):
         for i, v in enumerate(node):
             out += secret_paths(v, f"{prefix}[{i}]")
+    elif isinstance(node, str) and secret_in_value(node):  # a secret's value, a URL's password, a JSON string
+        out.append(prefix)
     return out
 
 

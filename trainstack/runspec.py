@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import os
 import socket
 import subprocess
 from dataclasses import dataclass, field
@@ -148,7 +149,55 @@ def load(run_dir: str | Path) -> RunSpec:
     except (OSError, ValueError) as ex:
         raise _unreadable(str(path), f"it cannot be read ({ex})", "restore the file, or relaunch from the config") \
             from None
-    return RunSpec.from_json(data, str(path))
+    return rebase(RunSpec.from_json(data, str(path)), Path(run_dir), str(path))
+
+
+def rebase(spec: RunSpec, here: Path, where: str = "") -> RunSpec:
+    """The spec of the run dir `here`: a moved or copied run dir is that run, so every path under the
+    directory the spec was written in moves to `here` (checkpoints, logs, tensorboard: exec writes
+    where it is told). A copy whose original is being run right now is refused: two trainers of one
+    run id would write two histories."""
+    old, new = spec.run_dir.rstrip("/"), str(here.resolve())
+    if not old or old == new:
+        return spec
+    busy = "" if _same_dir(old, new) else _live_lease(Path(old))  # one dir by two paths (a bind mount): no copy
+    if busy:
+        raise ConfigErrors([ConfigError(where or str(here / layout.SPEC), f"this run dir is a copy of {old}, which is "
+                                        f"being run right now ({busy}); running the copy too would train one run "
+                                        "twice", f"wait for it or stop it (trainstack cancel {old}), then exec the "
+                                        f"copy; or run the original (trainstack exec {old})")])
+
+    def move(v: Any) -> Any:
+        if isinstance(v, str):
+            return new + v[len(old):] if v == old or v.startswith(old + "/") else v
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        if isinstance(v, dict):
+            return {k: move(x) for k, x in v.items()}
+        return v
+
+    return dataclasses.replace(spec, run_dir=new, command=move(spec.command), args=move(spec.args),
+                               config=move(spec.config), inputs=move(spec.inputs))
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _live_lease(run_dir: Path) -> str:
+    """Who holds the lease of `run_dir` right now ("" when nobody does, or it cannot be read)."""
+    from trainstack.lease import LeaseRecord, is_stale
+
+    try:
+        data = json.loads((run_dir / layout.LEASE).read_text(encoding="utf-8"))
+        names = {f.name for f in dataclasses.fields(LeaseRecord)}
+        record = LeaseRecord(**{k: v for k, v in data.items() if k in names})
+        return "" if is_stale(record) else record.describe()
+    except (OSError, ValueError, TypeError, AttributeError):
+        return ""
 
 
 # Top-level fields and the JSON types they hold (nested settings are checked against their schema).

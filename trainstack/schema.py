@@ -125,6 +125,11 @@ class PathsSpec:
     models_root: str = "models"
     data_root: str = "data"
 
+    def problems(self) -> list[tuple[str, Any, str, str]]:
+        """An empty root would put runs (or data) straight into the working directory."""
+        return [(k, getattr(self, k), "is empty", f"set paths.{k} to a directory, e.g. paths.{k}={k.split('_')[0]}")
+                for k in ("runs_root", "models_root", "data_root") if not getattr(self, k).strip()]
+
 
 @dataclass
 class SlimeSpec:
@@ -151,6 +156,25 @@ class ResumeSpec:
     grace_s: float = 30.0  # after SIGINT/SIGTERM, time for a final checkpoint before the group is killed
 
     CHOICES = {"mode": ("auto", "never", "must")}
+    MAX_S = 7 * 86400.0  # longer would block a dead run for a week (and overflow the renewal thread's waits)
+
+    def problems(self) -> list[tuple[str, Any, str, str]]:
+        """(key, value, problem, fix) for values the types alone do not rule out."""
+        out: list[tuple[str, Any, str, str]] = []
+        for key in ("lease_ttl_s", "grace_s"):
+            if getattr(self, key) > self.MAX_S:
+                out.append((key, getattr(self, key), f"must be at most {self.MAX_S:.0f} seconds (7 days)",
+                            f"use the default ({'120' if key == 'lease_ttl_s' else '30'})"))
+        from trainstack import argtable as at
+
+        table = at.load_table()
+        for name in self.allow_changes:
+            if name not in table:
+                close = table.suggest(name)
+                out.append(("allow_changes", name, f"{name!r} is not a slime argument, so it can never change",
+                            (f"did you mean {close[0]}? " if close else "") + "name slime dests, e.g. "
+                            "resume.allow_changes=[lr,num_rollout] (see `trainstack args --search WORD`)"))
+        return out
 
 
 @dataclass
@@ -193,8 +217,9 @@ class HubSpec:
         if self.keep is not None and self.keep < 1:
             out.append(("keep", self.keep, "must be at least 1 or null", "hub.keep=null keeps every checkpoint"))
         for key in ("final_timeout_s", "retry_max_s"):
-            if not getattr(self, key) > 0:
-                out.append((key, getattr(self, key), "must be positive", f"set hub.{key} to seconds > 0"))
+            if not 0 < getattr(self, key) <= ResumeSpec.MAX_S:
+                out.append((key, getattr(self, key), "must be positive and at most 7 days",
+                            f"set hub.{key} to seconds > 0"))
         if self.push_rollouts and not self.enabled:
             out.append(("push_rollouts", True, "rollout data is pushed to hub.repo_id, which is not set",
                         "set hub.repo_id=<user>/<repo>, or drop hub.push_rollouts"))

@@ -141,5 +141,10 @@ def remove_fresh_sweep_dir(sweep_dir: str) -> None:
         if p.is_dir() and {c.name for c in p.iterdir()} <= {"multirun.yaml"}:
             (p / "multirun.yaml").unlink(missing_ok=True)
             p.rmdir()
+            cwd = Path.cwd().resolve()
+            for parent in p.resolve().parents:  # multirun/ itself, made for this sweep: empty now
+                if parent == cwd or cwd not in parent.parents or any(parent.iterdir()):
+                    break
+                parent.rmdir()
     except OSError:
         pass

@@ -16,14 +16,23 @@ is kept as set.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from trainstack.resolve import ResolvedRun
 
 DEFAULT_PROJECT = "trainstack"
 
 
-def sweep_name() -> str | None:
-    """The Hydra sweep this run is a point of (None outside `-m`)."""
+def sweep_name(cfg: Any = None) -> str | None:
+    """The Hydra sweep this run is a point of (None outside `-m`): from the point's own `hydra` node when
+    it has one (a sweep plugin checks every point before any runs), else from Hydra's global config."""
+    node = _hydra_node(cfg)
+    if node is not None:
+        try:
+            if str(node.get("mode")).rsplit(".", 1)[-1] == "MULTIRUN" and node.sweep.dir:
+                return Path(str(node.sweep.dir)).name or None
+        except Exception:  # an unresolvable sweep dir: fall back to Hydra's global config
+            pass
     try:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
@@ -35,6 +44,13 @@ def sweep_name() -> str | None:
     if hc.mode != RunMode.MULTIRUN or not hc.sweep.dir:
         return None
     return Path(str(hc.sweep.dir)).name or None
+
+
+def _hydra_node(cfg: Any) -> Any:
+    try:
+        return cfg.get("hydra") if cfg is not None and hasattr(cfg, "get") else None
+    except Exception:
+        return None
 
 
 def name_wandb_run(run: ResolvedRun, sweep: str | None = None) -> None:

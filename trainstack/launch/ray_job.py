@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from trainstack.launch.ray_start import ray_start_argv
 from trainstack.procgroup import stop_group
 from trainstack.rundir import RunDir, layout
 from trainstack.runspec import RunSpec
-from trainstack.secrets import FORWARDED_SECRETS
+from trainstack.secrets import FORWARDED_SECRETS, runtime_env_vars as allowed_env
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -67,6 +68,7 @@ class LocalRayHead:
     def stop(self) -> None:
         stop_group(self.proc)
         self.log.close()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)  # ours: we made it in __init__
 
 
 class RayJobRunner:
@@ -92,7 +94,7 @@ class RayJobRunner:
         self.grace_s = spec.resume.grace_s
         self.run_id = spec.run_id
         runtime_env_vars = dict(cmd.env)
-        runtime_env_vars.update({k: v for k, v in env.items() if k.startswith("TRAINSTACK_") or k == "WANDB_MODE"})
+        runtime_env_vars.update(allowed_env(env))  # an allow-list: Ray logs the runtime env world-readable
         self.submission_id = f"trainstack-{spec.run_id}-e{env.get(ENV_EPOCH, '0')}"
         self._retire_older_jobs()
         self.secrets_file = write_secrets(rundir)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from trainstack.rundir import layout
+from trainstack.secrets import scrub
 
 if TYPE_CHECKING:
     from trainstack.runspec import RunSpec
@@ -46,7 +47,7 @@ def atomic_write(path: Path, text: str) -> None:
     tmp = temp_name(path)
     try:
         with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
+            f.write(scrub(text))  # the last net: no secret value reaches a run-dir file
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -166,7 +167,7 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"time": now_iso(), "event": event, "host": socket.gethostname(), "pid": os.getpid(),
                            **fields}, default=str)
-        append_line(self.events_file, line)
+        append_line(self.events_file, scrub(line))
 
     def events(self) -> list[dict]:
         """events.jsonl's records (a line cut by a kill, or anything not a JSON object, is skipped)."""

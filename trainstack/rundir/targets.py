@@ -90,6 +90,6 @@ def _run_id_of(run_dir: Path) -> str:
     from trainstack.rundir import RunDir
 
     rd = RunDir(run_dir)
-    spec = rd.read(layout.SPEC) or {}
-    slurm = rd.read(layout.SLURM) or {}
-    return spec.get("run_id") or slurm.get("run_id") or run_dir.name
+    spec, slurm = rd.read(layout.SPEC), rd.read(layout.SLURM)
+    spec, slurm = (x if isinstance(x, dict) else {} for x in (spec, slurm))  # a JSON list: check.py names it
+    return str(spec.get("run_id") or slurm.get("run_id") or run_dir.name)

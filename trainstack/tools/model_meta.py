@@ -87,9 +87,13 @@ def _m(
     hf_dir: str | None = None,
     params_source: str = "computed",
     note: str | None = None,
+    revision: str = "main",
 ) -> dict[str, Any]:
     return {
         "hf_repo": hf_repo,
+        # The Hub revision a launch downloads (trainstack/inputs, docs/inputs.md): "main" is resolved to a
+        # commit sha at prepare time and recorded in the run; pin a 40-hex sha here to make it part of run ids.
+        "revision": revision,
         "hf_dir": hf_dir or hf_repo.rsplit("/", 1)[-1],
         "family": family,
         "nominal_params": nominal,

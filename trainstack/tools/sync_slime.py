@@ -309,6 +309,7 @@ def preset_values(name: str, pairs: list[list[Any]], table: ArgTable) -> tuple[d
     meta: dict[str, Any] = {
         "name": name,
         "hf_repo": info["hf_repo"],
+        "revision": info.get("revision", "main"),
         "params": int(params),
         "params_source": info["params_source"],
         "source": f"scripts/models/{name}.sh",
