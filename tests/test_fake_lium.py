@@ -137,6 +137,16 @@ def test_never_ready_and_slow_pods(fake_lium):
         lium.rm(pod)
 
 
+def test_a_listing_glitch_omits_a_pod_from_the_next_listings_only(fake_lium):
+    with fake_lium.sdk() as lium:
+        pod = rent(lium, "ts-glitch")
+        fake_lium.fake.set_faults(omit_from_listing={"ts-glitch": 2})
+        assert lium.ps() == [] and lium.ps() == []  # two answers without it
+        assert [p.id for p in lium.ps()] == [pod.id]  # then it is back: it never stopped
+        assert lium.exec(pod, command="true")["exit_code"] == 0
+        lium.rm(pod)
+
+
 def test_removal_that_leaves_the_pod_running(fake_lium):
     with fake_lium.sdk() as lium:
         pod = rent(lium, "ts-linger")

@@ -35,6 +35,10 @@ from trainstack.secrets import FORWARDED_SECRETS
 # Not secrets, but where the secrets are good: a Hub mirror or private endpoint, a self-hosted wandb.
 # A pod's SSH session starts with a clean environment, so the commander passes them on with the secrets.
 FORWARDED_ENDPOINTS = ("HF_ENDPOINT", "WANDB_BASE_URL")
+DEAD_STATES = ("FAILED", "STOPPED", "CREATION_FAILED", "TERMINATED", "ERROR")
+# A pod is judged lost from the listings only when this many listings in a row agree (and, for a
+# pod whose worker holds the lease, only once that lease has lapsed: a renewing worker is alive).
+LOST_AFTER_LISTINGS = 2
 
 
 @dataclass
@@ -61,6 +65,12 @@ class CommanderConfig:
             raise ValueError(f"heartbeat ({self.heartbeat_s} s) must be > 0 and below the worker deadline")
 
 
+def progressed(run: CommanderRun) -> bool:
+    """A checkpoint newer than the one the run had at its last restart."""
+    return run.last_checkpoint is not None and (run.strike_checkpoint is None
+                                                or run.last_checkpoint > run.strike_checkpoint)
+
+
 def worker_log_path(req: PodRequest, run_id: str, epoch: int) -> str:
     return f"{req.workdir.rstrip('/')}/{run_id}/worker-e{epoch}.log"
 
@@ -77,6 +87,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._pods: dict[str, Any] | None = None  # last pod listing
         self._pods_at = 0.0
+        self._unlisted: dict[str, int] = {}  # pod id -> listings in a row that showed it gone or dead
         self.started = time.time()
 
     # ------------------------------------------------------------------ loop
@@ -123,10 +134,28 @@ class Reconciler:
         try:
             self._pods = self.provider.list_pods()
             self._pods_at = time.monotonic()
+            self._count_unlisted(self._pods)
         except Exception as ex:  # noqa: BLE001 - Lium unreachable: decide nothing from a missing listing
             print(f"trainstack commander: listing pods failed: {ex}", flush=True)
             self._pods = None
         return self._pods
+
+    def _count_unlisted(self, pods: dict[str, Any]) -> None:
+        """Per open pod of ours, how many listings in a row showed it gone or dead: one listing that
+        omits a pod (an API glitch, a replica behind) proves nothing."""
+        seen = {}
+        for p in self.store.open_pods():
+            ref = pods.get(p["pod_id"])
+            if ref is None or ref.status in DEAD_STATES:
+                seen[p["pod_id"]] = self._unlisted.get(p["pod_id"], 0) + 1
+        self._unlisted = seen
+
+    def pod_verdict(self, pod_id: str) -> str | None:
+        """The pod's state when the provider agreed on it across `LOST_AFTER_LISTINGS` listings, else None."""
+        if self._pods is None or self._unlisted.get(pod_id, 0) < LOST_AFTER_LISTINGS:
+            return None
+        ref = self._pods.get(pod_id)
+        return "GONE" if ref is None else ref.status
 
     def refresh(self) -> None:
         """Read the pod list at the next tick (after a change we made)."""
@@ -160,10 +189,9 @@ class Reconciler:
         if run.desired in ("cancelled", "paused"):
             self._wind_down(run, now)
             return
-        listed = None if pods is None or not run.pod_id else pods.get(run.pod_id)
-        pod_state = None if pods is None or not run.pod_id else (listed.status if listed is not None else "GONE")
-        if run.phase in ("running", "starting") and pod_state in ("GONE", "FAILED", "STOPPED", "CREATION_FAILED",
-                                                                  "TERMINATED", "ERROR"):
+        pod_state = None if pods is None or not run.pod_id else self.pod_verdict(run.pod_id)
+        if (run.phase == "starting" or (run.phase == "running" and not run.lease_live(now))) and \
+                pod_state is not None and (pod_state == "GONE" or pod_state in DEAD_STATES):
             self._set(run, "pod_lost", {"pod_id": run.pod_id, "pod_status": pod_state}, phase="lost",
                       lease_holder=None, lease_expires=None, message=f"pod {run.pod_id} {pod_state.lower()}")
         elif run.phase == "running" and not run.lease_live(now):
@@ -175,14 +203,19 @@ class Reconciler:
         run = self.store.run(run.run_id) or run
         if run.phase == "lost":
             self._remove_run_pods(run)
-            if run.restarts >= run.restart_limit:
-                self._set(run, "failed", {"reason": "restart limit"}, phase="failed",
-                          message=f"gave up after {run.restarts} restarts (restart_limit={run.restart_limit}); "
-                                  f"last: {run.message}")
+            strikes = run.strikes
+            if strikes and progressed(run):  # it trained since the last restart: a preemption, not a failure
+                self._event(run, "restart_budget_reset", strikes=strikes, last_checkpoint=run.last_checkpoint,
+                            checkpoint_at_last_restart=run.strike_checkpoint)
+                strikes = 0
+            if strikes >= run.restart_limit:
+                self._set(run, "failed", {"reason": "restart limit"}, phase="failed", strikes=strikes,
+                          message=f"gave up after {strikes} restarts without progress (restart_limit="
+                                  f"{run.restart_limit}); last: {run.message}")
                 return
-            delay = min(self.config.backoff_s * (2 ** run.restarts), self.config.backoff_max_s)
+            delay = min(self.config.backoff_s * (2 ** strikes), self.config.backoff_max_s)
             self._set(run, "backoff", {"delay_s": delay}, phase="pending", restarts=run.restarts + 1,
-                      next_attempt=now + delay, pod_id=None)
+                      strikes=strikes + 1, strike_checkpoint=run.last_checkpoint, next_attempt=now + delay, pod_id=None)
             return
         if run.phase == "pending" and now >= run.next_attempt:
             with self.store.tx() as db:  # the new epoch is committed before anything is rented

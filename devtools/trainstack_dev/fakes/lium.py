@@ -74,6 +74,7 @@ class Faults:
     never_ready: int = 0  # the next N pods never leave PENDING
     ready_delay_s: float = 0.0  # extra seconds before a pod is RUNNING (slow pods)
     delete_leaves_running: int = 0  # the next N removals drop the pod from the API but leave it running
+    omit_from_listing: dict[str, int] = field(default_factory=dict)  # pod id or name -> next N GET /pods omit it
 
 
 @dataclass
@@ -371,6 +372,22 @@ class FakeLium:
         self.removed.append({"id": pod.id, "name": pod.name, "price": pod.price, "created": pod.created_ts,
                              "removed": time.time(), "reason": reason})
 
+    def list_pods(self) -> list[dict[str, Any]]:
+        """GET /pods; a pod named in `faults.omit_from_listing` is left out of that many answers (a
+        listing glitch: the pod and its processes are untouched)."""
+        out = []
+        with self.lock:
+            omit = self.faults.omit_from_listing
+            for p in self.live_pods():
+                key = p.id if omit.get(p.id, 0) > 0 else p.name if omit.get(p.name, 0) > 0 else None
+                if key is None:
+                    out.append(p.row())
+                    continue
+                omit[key] -= 1
+                if omit[key] <= 0:
+                    del omit[key]
+        return out
+
     def delete_pod(self, pod_id: str) -> dict[str, Any]:
         with self.lock:
             pod = self._pod(pod_id)
@@ -450,7 +467,7 @@ class FakeLium:
             ("GET", "templates"): lambda **_: list(self.templates),
             ("GET", f"templates/{ID}"): lambda tid, **_: next(
                 (t for t in self.templates if t["id"] == tid), None) or _raise(ApiError(404, "template not found")),
-            ("GET", "pods"): lambda **_: [p.row() for p in self.live_pods()],
+            ("GET", "pods"): lambda **_: self.list_pods(),
             ("GET", f"pods/{ID}"): lambda pid, **_: self._pod(pid).row(),
             ("GET", f"pods/{ID}/events"): lambda pid, **_: list(self._pod(pid).events),
             ("DELETE", f"pods/{ID}"): lambda pid, **_: self.delete_pod(pid),

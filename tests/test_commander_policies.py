@@ -1,0 +1,164 @@
+"""The reconciler's judgement, tick by tick, against an in-memory provider (fast; the same policies run
+end to end against the fake Lium in tests/test_commander.py): a pod missing from one listing is not
+lost while its worker renews; the restart budget counts restarts without progress, not preemptions."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trainstack.commander.provider import PodRef
+from trainstack.commander.reconciler import CommanderConfig, Reconciler
+from trainstack.commander.store import Store
+
+
+class MemProvider:
+    """Pods in a dict; `hide` omits pods from the next listings (a glitch of the provider's API)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, PodRef] = {}
+        self.removed: list[str] = []
+        self.hide: dict[str, int] = {}  # pod id -> listings that still omit it
+        self.n = 0
+
+    def ensure_volume(self, name: str) -> str:
+        return "vol-" + name
+
+    def rent(self, req: Any, name: str, key: str, volume_id: str | None) -> PodRef:
+        self.n += 1
+        ref = PodRef(f"pod-{self.n}", name, 1.0, "RUNNING")
+        self.pods[ref.id] = ref
+        return ref
+
+    def wait_ready(self, pod_id: str, timeout: float) -> bool:
+        return True
+
+    def put_file(self, pod_id: str, remote: str, data: bytes) -> None:
+        pass
+
+    def start(self, pod_id: str, argv: list[str], env: dict[str, str], log_path: str) -> int:
+        return 4242
+
+    def list_pods(self) -> dict[str, PodRef]:
+        out = {}
+        for pid, ref in self.pods.items():
+            if self.hide.get(pid, 0) > 0:
+                self.hide[pid] -= 1
+                continue
+            out[pid] = ref
+        return out
+
+    def remove(self, pod_id: str) -> None:
+        self.removed.append(pod_id)
+        self.pods.pop(pod_id, None)
+
+
+class Harness:
+    def __init__(self, tmp, restart_limit: int = 5) -> None:
+        self.store = Store(tmp / "c.db")
+        self.provider = MemProvider()
+        cfg = CommanderConfig(public_url="http://commander", lease_ttl_s=30, heartbeat_s=1, worker_deadline_s=20,
+                              probe_s=0, backoff_s=0, backoff_max_s=0)
+        self.rec = Reconciler(self.store, cfg, lambda run_id: "tok", provider=self.provider)
+        now = time.time()
+        with self.store.tx() as db:
+            db.execute("INSERT INTO runs(run_id, spec, settings, desired, phase, restart_limit, created, updated) "
+                       "VALUES ('r','{}','{\"volume\": null}','running','pending',?,?,?)", (restart_limit, now, now))
+
+    def tick(self) -> None:
+        self.rec.tick()
+        for t in list(self.rec._busy.values()):
+            t.join(10)
+
+    def run(self):
+        r = self.store.run("r")
+        assert r is not None
+        return r
+
+    def worker_takes_lease(self, checkpoint: int | None = None) -> None:
+        """What the API's acquire/renew does for the current epoch's worker."""
+        with self.store.tx() as db:
+            Store.update(db, "r", epoch=self.run().epoch, phase="running", lease_holder="w",
+                         lease_expires=time.time() + 30,
+                         **({} if checkpoint is None else {"last_checkpoint": checkpoint}))
+
+    def node_lost(self) -> None:
+        """The node dies: the pod is no longer listed and its worker's lease lapses."""
+        self.provider.pods.pop(self.run().pod_id or "", None)
+        with self.store.tx() as db:
+            Store.update(db, "r", lease_expires=time.time() - 1)
+
+    def events(self) -> list[str]:
+        return [e["event"] for e in self.store.events("r")]
+
+
+def started(h: Harness) -> None:
+    for _ in range(5):
+        h.tick()
+        if h.run().phase == "starting":
+            return
+    raise AssertionError(f"no pod started: {h.run().phase} {h.events()}")
+
+
+def test_a_pod_missing_from_one_listing_is_not_deleted_while_its_worker_renews(tmp_path):
+    h = Harness(tmp_path)
+    started(h)
+    h.worker_takes_lease()
+    pod = h.run().pod_id
+    assert pod is not None
+    h.provider.hide[pod] = 3  # three listings in a row omit it; its worker keeps renewing
+    for _ in range(4):
+        h.tick()
+        h.worker_takes_lease()
+    r = h.run()
+    assert (r.phase, r.pod_id, r.restarts, r.epoch) == ("running", pod, 0, 1)
+    assert h.provider.removed == [] and "pod_lost" not in h.events()
+
+
+def test_a_starting_pod_is_lost_only_when_listings_agree(tmp_path):
+    h = Harness(tmp_path)
+    started(h)
+    pod = h.run().pod_id
+    assert pod is not None
+    h.provider.hide[pod] = 1  # one glitch: nothing happens
+    h.tick()
+    h.tick()
+    assert (h.run().phase, h.provider.removed) == ("starting", [])
+    del h.provider.pods[pod]  # really gone: two listings agree, and it is replaced
+    h.tick()
+    h.tick()
+    assert "pod_lost" in h.events() and h.provider.removed == [pod]
+
+
+def test_a_lapsed_lease_and_an_unlisted_pod_is_a_lost_pod(tmp_path):
+    h = Harness(tmp_path)
+    started(h)
+    h.worker_takes_lease()
+    pod = h.run().pod_id
+    h.node_lost()
+    started(h)
+    r = h.run()
+    assert r.epoch == 2 and r.pod_id != pod and r.restarts == 1 and pod in h.provider.removed
+
+
+def test_restart_budget_counts_restarts_without_progress(tmp_path):
+    """restart_limit=1 and two node losses with training between: the run goes on; a third loss with no
+    new checkpoint since the last restart fails it."""
+    h = Harness(tmp_path, restart_limit=1)
+    started(h)
+    h.worker_takes_lease(checkpoint=9)
+    h.node_lost()
+    started(h)
+    assert (h.run().epoch, h.run().restarts, h.run().strikes) == (2, 1, 1)
+    h.worker_takes_lease(checkpoint=29)  # 20 more rollouts trained on the second pod
+    h.node_lost()
+    started(h)
+    r = h.run()
+    assert (r.phase, r.epoch, r.restarts, r.strikes, r.strike_checkpoint) == ("starting", 3, 2, 1, 29)
+    assert "restart_budget_reset" in h.events()
+    h.worker_takes_lease()  # no new checkpoint on this pod
+    h.node_lost()
+    for _ in range(4):
+        h.tick()
+    r = h.run()
+    assert r.phase == "failed" and "restarts without progress (restart_limit=1)" in (r.message or "")
+    assert r.restarts == 2 and not h.provider.pods  # nothing left billing
