@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainstack.commander.provider import PodRef
+from trainstack.commander.provider import NoNode, PodRef
 from trainstack.commander.reconciler import CommanderConfig, Reconciler
 from trainstack.commander.store import Store
 
@@ -19,11 +19,14 @@ class MemProvider:
         self.removed: list[str] = []
         self.hide: dict[str, int] = {}  # pod id -> listings that still omit it
         self.n = 0
+        self.capacity = True  # False: no node matches (price cap, sold out)
 
     def ensure_volume(self, name: str) -> str:
         return "vol-" + name
 
     def rent(self, req: Any, name: str, key: str, volume_id: str | None) -> PodRef:
+        if not self.capacity:
+            raise NoNode("no node with 1x any GPU at <= $0.01/h")
         self.n += 1
         ref = PodRef(f"pod-{self.n}", name, 1.0, "RUNNING")
         self.pods[ref.id] = ref
@@ -53,7 +56,7 @@ class MemProvider:
 
 
 class Harness:
-    def __init__(self, tmp, restart_limit: int = 5) -> None:
+    def __init__(self, tmp, restart_limit: int = 5, capacity_wait_s: float = 3600) -> None:
         self.store = Store(tmp / "c.db")
         self.provider = MemProvider()
         cfg = CommanderConfig(public_url="http://commander", lease_ttl_s=30, heartbeat_s=1, worker_deadline_s=20,
@@ -61,8 +64,9 @@ class Harness:
         self.rec = Reconciler(self.store, cfg, lambda run_id: "tok", provider=self.provider)
         now = time.time()
         with self.store.tx() as db:
-            db.execute("INSERT INTO runs(run_id, spec, settings, desired, phase, restart_limit, created, updated) "
-                       "VALUES ('r','{}','{\"volume\": null}','running','pending',?,?,?)", (restart_limit, now, now))
+            db.execute("INSERT INTO runs(run_id, spec, settings, desired, phase, restart_limit, capacity_wait_s, created, "
+                       "updated) VALUES ('r','{}','{\"volume\": null}','running','pending',?,?,?,?)",
+                       (restart_limit, capacity_wait_s, now, now))
 
     def tick(self) -> None:
         self.rec.tick()
@@ -162,3 +166,31 @@ def test_restart_budget_counts_restarts_without_progress(tmp_path):
     r = h.run()
     assert r.phase == "failed" and "restarts without progress (restart_limit=1)" in (r.message or "")
     assert r.restarts == 2 and not h.provider.pods  # nothing left billing
+
+
+def test_no_free_node_waits_within_its_budget_and_counts_no_restart(tmp_path):
+    h = Harness(tmp_path, restart_limit=0)  # a restart would fail the run at once
+    h.provider.capacity = False
+    for _ in range(5):
+        h.tick()
+    r = h.run()
+    assert r.phase == "pending" and r.restarts == 0 and r.strikes == 0 and r.capacity_since is not None
+    assert (r.message or "").startswith("waiting for capacity since") and "$0.01/h" in (r.message or "")
+    assert h.events().count("no_capacity") >= 2
+    h.provider.capacity = True  # a node frees up
+    started(h)
+    r = h.run()
+    assert (r.phase, r.restarts, r.capacity_since, r.message) == ("starting", 0, None, None)
+
+
+def test_no_free_node_past_the_budget_fails_the_run_naming_why(tmp_path):
+    h = Harness(tmp_path, capacity_wait_s=0.3)
+    h.provider.capacity = False
+    h.tick()
+    assert h.run().phase == "pending"
+    time.sleep(0.4)
+    for _ in range(3):
+        h.tick()
+    r = h.run()
+    assert r.phase == "failed" and "capacity_wait_s=0" in (r.message or "") and "$0.01/h" in (r.message or "")
+    assert r.restarts == 0 and h.provider.n == 0

@@ -30,6 +30,7 @@ class Register(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     sweep: Optional[str] = None
     restart_limit: int = Field(default=5, ge=0, le=1000)
+    capacity_wait_s: float = Field(default=3600.0, ge=0)
     spend_limit: Optional[float] = Field(default=None, gt=0)
     sweep_spend_limit: Optional[float] = Field(default=None, gt=0)
 
@@ -122,7 +123,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                                              "cancel it first")
                 return {"run_id": body.run_id, "registered": False, "phase": row["phase"]}
             fields: dict[str, Any] = dict(sweep=body.sweep, spec=body.spec, settings=settings, desired="running", phase="pending",
-                          restarts=0, strikes=0, strike_checkpoint=None, restart_limit=body.restart_limit, next_attempt=0.0, deadline=None,
+                          restarts=0, strikes=0, strike_checkpoint=None, capacity_since=None,
+                          capacity_wait_s=body.capacity_wait_s, restart_limit=body.restart_limit, next_attempt=0.0, deadline=None,
                           spend_limit=body.spend_limit, exit_code=None, message=None, lease_holder=None,
                           lease_expires=None, pod_id=None)
             if row is None:
@@ -174,7 +176,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                 if row["phase"] not in ("paused",):
                     raise HTTPException(409, f"run {run_id} is {row['phase']}; only a paused run can be resumed")
                 Store.update(db, run_id, desired="running", phase="pending", next_attempt=0.0, restarts=0, strikes=0,
-                             strike_checkpoint=None, message=None)
+                             strike_checkpoint=None, capacity_since=None, message=None)
             elif row["phase"] in TERMINAL_PHASES:
                 return {"run_id": run_id, "phase": row["phase"], "changed": False}
             else:

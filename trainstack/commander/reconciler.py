@@ -228,6 +228,26 @@ class Reconciler:
         if run.phase == "provisioning":
             self._provision_async(run)
 
+    def _wait_for_capacity(self, run: CommanderRun, why: str) -> None:
+        """No node matches now: back to `pending` (status shows why and since when), retried with backoff
+        doubling up to backoff_max_s, for `capacity_wait_s` from the first miss; then the run fails."""
+        now = time.time()
+        since = run.capacity_since or now
+        waited = now - since
+        if waited >= run.capacity_wait_s:
+            self._set(run, "failed", {"reason": "no capacity", "waited_s": round(waited)}, phase="failed",
+                      capacity_since=None, message=f"no node free for {waited:.0f} s (capacity_wait_s="
+                                                   f"{run.capacity_wait_s:.0f}): {why}")
+            return
+        tries = sum(1 for e in self.store.events(run.run_id) if e["event"] == "no_capacity"
+                    and e["time"] >= since - 1)
+        delay = min(self.config.backoff_s * (2 ** min(tries, 16)), self.config.backoff_max_s,
+                    max(0.0, run.capacity_wait_s - waited))
+        self._set(run, "no_capacity", {"error": why, "retry_in_s": round(delay, 1), "waited_s": round(waited)},
+                  phase="pending", capacity_since=since, next_attempt=now + delay,
+                  message=f"waiting for capacity since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC "
+                          f"(up to {run.capacity_wait_s:.0f} s): {why}")
+
     def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
             return f"spend limit reached: ${run.cost_usd:.4f} >= ${run.spend_limit:.4f}"
@@ -337,13 +357,16 @@ class Reconciler:
                    **{k: os.environ[k] for k in (*FORWARDED_SECRETS, *FORWARDED_ENDPOINTS) if os.environ.get(k)}}
             pid = self.provider.start(pod_id, argv, env, worker_log_path(req, run.run_id, epoch))
             with self.store.tx() as db:  # the worker may have taken its lease already (phase running)
-                db.execute("UPDATE runs SET phase='starting', deadline=?, updated=? WHERE run_id=? AND epoch=? AND "
-                           "phase='provisioning'", (time.time() + self.config.start_timeout_s, time.time(),
-                                                    run.run_id, epoch))
+                db.execute("UPDATE runs SET phase='starting', deadline=?, updated=?, message=CASE WHEN "
+                           "capacity_since IS NULL THEN message END, capacity_since=NULL "
+                           "WHERE run_id=? AND epoch=? AND phase='provisioning'",
+                           (time.time() + self.config.start_timeout_s, time.time(), run.run_id, epoch))
                 Store.event(db, run.run_id, "worker_started", epoch, pod_id=pod_id, pid=pid,
                             log=worker_log_path(req, run.run_id, epoch))
+        except NoNode as ex:  # no capacity: not the pod's fault, so no restart counted; wait within a budget
+            self._wait_for_capacity(run, str(ex))
         except Exception as ex:  # noqa: BLE001 - any failure: clean up and retry with backoff
-            kind = "no_node" if isinstance(ex, NoNode) else "provision_failed"
+            kind = "provision_failed"
             self._set(run, kind, {"error": f"{type(ex).__name__}: {ex}", "pod_id": pod_id}, phase="lost",
                       message=f"{kind}: {ex}")
         finally:
