@@ -84,6 +84,9 @@ def test_lease_fencing_and_no_lost_state_across_sigkill(fake_lium, tmp_path):
         with pytest.raises(CommanderError) as err:
             w.post("/v1/runs/r1/lease/force-release")
         assert err.value.status == 403  # force is admin-only
+        ck = vol / "trainstack" / "runs" / "r1" / "checkpoints"
+        ck.mkdir(parents=True)
+        (ck / "latest_checkpointed_iteration.txt").write_text("3")  # what w1 reported is on the volume
         admin.post("/v1/runs/r1/lease/force-release")
         with pytest.raises(CommanderError, match="not the lease holder|superseded"):
             w.post("/v1/runs/r1/lease/renew", {"epoch": 1, "holder": "w1"})

@@ -11,6 +11,9 @@ from trainstack.commander.reconciler import CommanderConfig, Reconciler
 from trainstack.commander.store import Store
 
 
+TRACKER = "/workspace/trainstack/runs/r/checkpoints/latest_checkpointed_iteration.txt"  # volume=null: pod-local
+
+
 class MemProvider:
     """Pods in a dict; `hide` omits pods from the next listings (a glitch of the provider's API)."""
 
@@ -20,6 +23,8 @@ class MemProvider:
         self.hide: dict[str, int] = {}  # pod id -> listings that still omit it
         self.n = 0
         self.capacity = True  # False: no node matches (price cap, sold out)
+        self.files: dict[str, bytes] = {}  # the run's volume (outlives pods unless wiped)
+        self.started: list[str] = []
 
     def ensure_volume(self, name: str) -> str:
         return "vol-" + name
@@ -39,7 +44,12 @@ class MemProvider:
         pass
 
     def start(self, pod_id: str, argv: list[str], env: dict[str, str], log_path: str) -> int:
+        self.started.append(pod_id)
         return 4242
+
+    def read(self, pod_id: str, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes | None:
+        data = self.files.get(path)
+        return None if data is None else data[offset:offset + limit]
 
     def list_pods(self) -> dict[str, PodRef]:
         out = {}
@@ -150,10 +160,12 @@ def test_restart_budget_counts_restarts_without_progress(tmp_path):
     h = Harness(tmp_path, restart_limit=1)
     started(h)
     h.worker_takes_lease(checkpoint=9)
+    h.provider.files[TRACKER] = b"9"  # the volume holds what the worker reported
     h.node_lost()
     started(h)
     assert (h.run().epoch, h.run().restarts, h.run().strikes) == (2, 1, 1)
     h.worker_takes_lease(checkpoint=29)  # 20 more rollouts trained on the second pod
+    h.provider.files[TRACKER] = b"29"
     h.node_lost()
     started(h)
     r = h.run()
@@ -194,3 +206,34 @@ def test_no_free_node_past_the_budget_fails_the_run_naming_why(tmp_path):
     r = h.run()
     assert r.phase == "failed" and "capacity_wait_s=0" in (r.message or "") and "$0.01/h" in (r.message or "")
     assert r.restarts == 0 and h.provider.n == 0
+
+
+def test_a_lost_volume_without_a_hub_copy_pauses_the_run_instead_of_training_from_zero(tmp_path):
+    h = Harness(tmp_path)
+    started(h)
+    h.worker_takes_lease(checkpoint=29)
+    h.provider.files[TRACKER] = b"29"
+    h.node_lost()
+    started(h)  # the volume came back with checkpoint 29: the new pod's worker resumes from it
+    assert len(h.provider.started) == 2
+    h.worker_takes_lease()
+    h.provider.files.clear()  # the volume is lost with the node
+    h.node_lost()
+    for _ in range(6):
+        h.tick()
+    r = h.run()
+    assert (r.phase, r.desired, r.last_checkpoint) == ("paused", "paused", 29)
+    assert "volume lost: the run had checkpoint 29" in (r.message or "") and "from_scratch=true" in (r.message or "")
+    assert len(h.provider.started) == 2 and not h.provider.pods  # no worker on the empty pod, nothing billing
+    assert "volume_lost" in h.events()
+
+
+def test_a_run_with_a_hub_copy_or_no_checkpoint_yet_starts_on_an_empty_volume(tmp_path):
+    h = Harness(tmp_path)
+    started(h)  # a new run: nothing to lose
+    with h.store.tx() as db:
+        Store.update(db, "r", spec={"hub": {"repo_id": "me/run"}})
+    h.worker_takes_lease(checkpoint=29)
+    h.node_lost()
+    started(h)  # empty volume, but the worker restores checkpoint 29 from the Hub
+    assert len(h.provider.started) == 2 and h.run().desired == "running"

@@ -193,8 +193,15 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return set_desired(run_id, "paused")
 
     @app.post("/v1/runs/{run_id}/resume", dependencies=[Depends(admin)])
-    def resume(run_id: str) -> dict[str, Any]:
-        return set_desired(run_id, "running")
+    def resume(run_id: str, from_scratch: bool = False) -> dict[str, Any]:
+        """`from_scratch=true`: the user accepts training again from rollout 0 (a lost volume without a Hub
+        copy pauses the run; the commander forgets the checkpoint it saw only when told so)."""
+        out = set_desired(run_id, "running")
+        if from_scratch:
+            with store.tx() as db:
+                Store.update(db, run_id, last_checkpoint=None)
+                Store.event(db, run_id, "from_scratch", None)
+        return out
 
     @app.put("/v1/sweeps/{sweep:path}", dependencies=[Depends(admin)])
     def sweep_limit(sweep: str, body: SweepLimit) -> dict[str, Any]:

@@ -248,6 +248,25 @@ class Reconciler:
                   message=f"waiting for capacity since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC "
                           f"(up to {run.capacity_wait_s:.0f} s): {why}")
 
+    def _checkpoint_missing(self, run: CommanderRun, pod_id: str, run_dir: str) -> str | None:
+        """Why the new pod must not train, when the run had checkpoint N but the pod's run dir holds no
+        checkpoint as new (a lost or wiped volume, `volume=null`) and no Hub copy can restore it."""
+        if run.last_checkpoint is None or ((run.spec.get("hub") or {}).get("repo_id")):
+            return None
+        from trainstack.rundir import layout
+
+        raw = self.provider.read(pod_id, f"{run_dir}/{layout.CHECKPOINTS}/{layout.TRACKER}", 0, 64)
+        try:
+            found = int(raw.decode().strip()) if raw else None
+        except ValueError:
+            found = None
+        if found is not None and found >= run.last_checkpoint:
+            return None
+        have = "no checkpoint" if found is None else f"only checkpoint {found}"
+        return (f"volume lost: the run had checkpoint {run.last_checkpoint}, its run dir on the new pod has {have}, "
+                f"and there is no Hub copy (hub.repo_id); paused instead of training from rollout 0. Recover the "
+                f"volume, or resume from scratch: POST /v1/runs/{run.run_id}/resume?from_scratch=true")
+
     def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
             return f"spend limit reached: ${run.cost_usd:.4f} >= ${run.spend_limit:.4f}"
@@ -349,6 +368,13 @@ class Reconciler:
 
             self.provider.put_file(pod_id, f"{run_dir}/{layout.SPEC}",
                                    (json.dumps(spec, indent=1, sort_keys=True, default=str) + "\n").encode())
+            lost = self._checkpoint_missing(run, pod_id, run_dir)
+            if lost:  # starting the worker would train from rollout 0: the run waits for the user instead
+                with self.store.tx() as db:
+                    if Store.update(db, run.run_id, epoch=epoch, desired="paused", message=lost):
+                        Store.event(db, run.run_id, "volume_lost", epoch, last_checkpoint=run.last_checkpoint,
+                                    pod_id=pod_id)
+                return
             argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,
                    "TRAINSTACK_COMMANDER_TOKEN": self.worker_token(run.run_id),
