@@ -237,3 +237,24 @@ def test_a_run_with_a_hub_copy_or_no_checkpoint_yet_starts_on_an_empty_volume(tm
     h.node_lost()
     started(h)  # empty volume, but the worker restores checkpoint 29 from the Hub
     assert len(h.provider.started) == 2 and h.run().desired == "running"
+
+
+def test_a_database_of_an_older_commander_gains_the_new_columns(tmp_path):
+    """A commander upgraded in place keeps its runs: the columns added for these policies are added."""
+    import sqlite3
+
+    from trainstack.commander import store as store_mod
+
+    old = store_mod.SCHEMA
+    for line in ("  strikes INTEGER NOT NULL DEFAULT 0,\n", "  strike_checkpoint INTEGER,\n",
+                 "  capacity_wait_s REAL NOT NULL DEFAULT 3600,\n", "  capacity_since REAL,\n"):
+        assert line in old
+        old = old.replace(line, "")
+    db = sqlite3.connect(tmp_path / "c.db")
+    db.executescript(old)
+    db.execute("INSERT INTO runs(run_id, spec, settings, desired, phase, restarts, created, updated) "
+               "VALUES ('r','{}','{}','running','running',3,1,1)")
+    db.commit()
+    db.close()
+    r = Store(tmp_path / "c.db").run("r")
+    assert r is not None and (r.restarts, r.strikes, r.strike_checkpoint, r.capacity_wait_s) == (3, 0, None, 3600)
