@@ -84,6 +84,9 @@ def test_lease_fencing_and_no_lost_state_across_sigkill(fake_lium, tmp_path):
         with pytest.raises(CommanderError) as err:
             w.post("/v1/runs/r1/lease/force-release")
         assert err.value.status == 403  # force is admin-only
+        ck = vol / "trainstack" / "runs" / "r1" / "checkpoints"
+        ck.mkdir(parents=True)
+        (ck / "latest_checkpointed_iteration.txt").write_text("3")  # what w1 reported is on the volume
         admin.post("/v1/runs/r1/lease/force-release")
         with pytest.raises(CommanderError, match="not the lease holder|superseded"):
             w.post("/v1/runs/r1/lease/renew", {"epoch": 1, "holder": "w1"})
@@ -141,6 +144,37 @@ def test_commander_killed_while_renting_makes_no_second_pod(fake_lium, tmp_path)
         rents = [r for r in fake_lium.fake.requests if r["path"].endswith("/rent")]
         assert len(rents) == 2 and len({r["idempotency_key"] for r in rents}) == 1
         admin.post("/v1/runs/once/cancel")
+        wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
+    finally:
+        cmd.stop()
+
+
+@pytest.mark.slow
+def test_a_pod_missing_from_listings_is_kept_while_its_worker_renews(fake_lium, tmp_path):
+    """The Lium API omits the run's pod from several `GET /pods` answers in a row while its worker renews
+    every second: the pod is neither removed nor replaced, and no restart is counted."""
+    import time
+
+    cmd = CommanderProc(tmp_path, fake_lium.env).start()
+    try:
+        admin = cmd.client()
+        register(admin, "glitch")
+        rec = wait_for(lambda: (r := run_of(admin, "glitch"))["phase"] == "starting" and r, 60, "a started worker")
+        pod = rec["pod_id"]
+        w = cmd.client(worker_token("glitch"))
+        w.post("/v1/runs/glitch/lease/acquire", {"epoch": 1, "holder": "w1", "pod_id": pod})
+        fake_lium.fake.set_faults(omit_from_listing={pod: 4})
+        end = time.time() + 8  # the commander lists every 0.5 s: all 4 glitches pass, then some good answers
+        while time.time() < end:
+            w.post("/v1/runs/glitch/lease/renew", {"epoch": 1, "holder": "w1"})
+            time.sleep(1)
+        assert "omit_from_listing" not in fake_lium.fake.state()["faults"] or \
+            not fake_lium.fake.state()["faults"]["omit_from_listing"]  # the glitches were seen
+        rec = run_of(admin, "glitch")
+        assert (rec["phase"], rec["pod_id"], rec["epoch"], rec["restarts"]) == ("running", pod, 1, 0)
+        assert [p.id for p in fake_lium.fake.live_pods()] == [pod]
+        assert "pod_lost" not in [e["event"] for e in admin.get("/v1/runs/glitch/events")]
+        admin.post("/v1/runs/glitch/cancel")
         wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
     finally:
         cmd.stop()

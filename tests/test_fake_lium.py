@@ -137,6 +137,46 @@ def test_never_ready_and_slow_pods(fake_lium):
         lium.rm(pod)
 
 
+def test_a_listing_glitch_omits_a_pod_from_the_next_listings_only(fake_lium):
+    with fake_lium.sdk() as lium:
+        pod = rent(lium, "ts-glitch")
+        fake_lium.fake.set_faults(omit_from_listing={"ts-glitch": 2})
+        assert lium.ps() == [] and lium.ps() == []  # two answers without it
+        assert [p.id for p in lium.ps()] == [pod.id]  # then it is back: it never stopped
+        assert lium.exec(pod, command="true")["exit_code"] == 0
+        lium.rm(pod)
+
+
+def test_a_rented_gpu_is_not_rentable_and_the_commander_rents_the_count_the_run_needs(fake_lium):
+    """`available_gpu_count` as the service lists it: a pod of 5 GPUs on an 8-GPU node leaves 3; a rent
+    for more than is free is refused; the commander's provider rents exactly `gpu_count` GPUs, on a node
+    that has them free (the run's argv expects that many), at the per-GPU price."""
+    from lium.sdk.exceptions import LiumError
+
+    from trainstack.commander.provider import LiumProvider, PodRequest
+
+    h100 = "6f0c5a7e-0d4f-4a53-9a55-8f0f8b2a0002"  # the cheaper 8xH100 node
+    prov = LiumProvider()
+    req = PodRequest(gpu_type="H100", gpu_count=5, volume=None)
+    a = prov.rent(req, "ts-split-a", "key-a", None)
+    with fake_lium.sdk() as lium:
+        free = {e.id: e.available_gpu_count for e in lium.ls(gpu_type="H100")}
+        assert free[h100] == 3 and sorted(free.values()) == [3, 8]
+        with pytest.raises(LiumError, match="3 free GPUs"):
+            lium.up(executor_id=h100, name="too-many", gpu_count=4, enable_backups=False)
+    assert fake_lium.fake.pod_by_name("ts-split-a").gpu_count == 5 and a.price_per_hour == pytest.approx(5 * 1.95)
+    b = prov.rent(req, "ts-split-b", "key-b", None)  # 3 free on the cheap node: the other node it is
+    pod_b = fake_lium.fake.pod_by_name("ts-split-b")
+    assert pod_b.executor["id"] != h100 and pod_b.gpu_count == 5
+    rents = [r for r in fake_lium.fake.requests if r["path"].endswith("/rent")
+             and r["body"]["pod_name"].startswith("ts-split")]
+    assert [r["body"].get("gpu_count") for r in rents] == [5, 5]
+    prov.remove(a.id)
+    prov.remove(b.id)
+    with fake_lium.sdk() as lium:
+        assert sorted(e.available_gpu_count for e in lium.ls(gpu_type="H100")) == [8, 8]
+
+
 def test_removal_that_leaves_the_pod_running(fake_lium):
     with fake_lium.sdk() as lium:
         pod = rent(lium, "ts-linger")

@@ -15,6 +15,7 @@ worker of a newer commander epoch takes the run dir over and one of an older epo
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -133,6 +134,35 @@ def heartbeat_interval(ttl_s: float) -> float:
     return max(ttl_s / 4.0, 0.2)
 
 
+# link() is refused where a filesystem has no hard links (some network volumes, FUSE, vfat).
+NO_LINKS = {getattr(errno, n) for n in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "ENOSYS", "EMLINK", "EACCES")
+            if hasattr(errno, n)}
+
+
+def link_or_create(src: Path, dst: Path) -> None:
+    """Publish `src`'s record as `dst` only if `dst` does not exist (FileExistsError otherwise).
+
+    `link()` is atomic and needs no cleanup; where the filesystem has no hard links, `dst` is
+    created with O_CREAT|O_EXCL (exclusive on every local and NFSv3+ filesystem) and the record
+    written and fsynced into it. A reader that catches the new file still empty reads no record and
+    retries (`_read` -> None), as it does for a lease being replaced."""
+    try:
+        os.link(src, dst)
+        return
+    except FileExistsError:
+        raise
+    except OSError as ex:
+        if ex.errno not in NO_LINKS:
+            raise
+    data = src.read_bytes()
+    fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class Lease:
     """A held lease; keep it alive with start_heartbeat(), give it back with release()."""
 
@@ -163,7 +193,7 @@ class Lease:
             try:
                 if not path.exists():  # the link can succeed: epochs never repeat, even without lease.json
                     _reserve(path, rec.epoch)
-                os.link(tmp, path)
+                link_or_create(tmp, path)
                 return cls(path, rec)
             except FileExistsError:
                 pass
@@ -193,7 +223,7 @@ class Lease:
         moved = _read(aside)
         if moved is not None and moved.token != stale.token:
             try:
-                os.link(aside, path)  # restore the lease we should not have touched
+                link_or_create(aside, path)  # restore the lease we should not have touched
             except FileExistsError:
                 pass
         aside.unlink(missing_ok=True)

@@ -30,6 +30,7 @@ class Register(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     sweep: Optional[str] = None
     restart_limit: int = Field(default=5, ge=0, le=1000)
+    capacity_wait_s: float = Field(default=3600.0, ge=0)
     spend_limit: Optional[float] = Field(default=None, gt=0)
     sweep_spend_limit: Optional[float] = Field(default=None, gt=0)
 
@@ -122,7 +123,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                                              "cancel it first")
                 return {"run_id": body.run_id, "registered": False, "phase": row["phase"]}
             fields: dict[str, Any] = dict(sweep=body.sweep, spec=body.spec, settings=settings, desired="running", phase="pending",
-                          restarts=0, restart_limit=body.restart_limit, next_attempt=0.0, deadline=None,
+                          restarts=0, strikes=0, strike_checkpoint=None, capacity_since=None,
+                          capacity_wait_s=body.capacity_wait_s, restart_limit=body.restart_limit, next_attempt=0.0, deadline=None,
                           spend_limit=body.spend_limit, exit_code=None, message=None, lease_holder=None,
                           lease_expires=None, pod_id=None)
             if row is None:
@@ -173,7 +175,8 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
             if desired == "running":
                 if row["phase"] not in ("paused",):
                     raise HTTPException(409, f"run {run_id} is {row['phase']}; only a paused run can be resumed")
-                Store.update(db, run_id, desired="running", phase="pending", next_attempt=0.0, restarts=0, message=None)
+                Store.update(db, run_id, desired="running", phase="pending", next_attempt=0.0, restarts=0, strikes=0,
+                             strike_checkpoint=None, capacity_since=None, message=None)
             elif row["phase"] in TERMINAL_PHASES:
                 return {"run_id": run_id, "phase": row["phase"], "changed": False}
             else:
@@ -190,8 +193,15 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return set_desired(run_id, "paused")
 
     @app.post("/v1/runs/{run_id}/resume", dependencies=[Depends(admin)])
-    def resume(run_id: str) -> dict[str, Any]:
-        return set_desired(run_id, "running")
+    def resume(run_id: str, from_scratch: bool = False) -> dict[str, Any]:
+        """`from_scratch=true`: the user accepts training again from rollout 0 (a lost volume without a Hub
+        copy pauses the run; the commander forgets the checkpoint it saw only when told so)."""
+        out = set_desired(run_id, "running")
+        if from_scratch:
+            with store.tx() as db:
+                Store.update(db, run_id, last_checkpoint=None)
+                Store.event(db, run_id, "from_scratch", None)
+        return out
 
     @app.put("/v1/sweeps/{sweep:path}", dependencies=[Depends(admin)])
     def sweep_limit(sweep: str, body: SweepLimit) -> dict[str, Any]:

@@ -61,6 +61,12 @@ class NoNode(RuntimeError):
     """No node matches the request right now (retried with backoff)."""
 
 
+def free_gpus(node: Any) -> int:
+    """GPUs of a node free to rent now (`available_gpu_count`; the whole node when the API omits it)."""
+    avail = getattr(node, "available_gpu_count", None)
+    return int(node.gpu_count if avail is None else avail)
+
+
 def pod_name(run_id: str, epoch: int) -> str:
     """`ts-<run_id>-<hash>-e<epoch>`: readable in `lium ps`, unique per (run, epoch), < 64 chars."""
     digest = hashlib.sha1(run_id.encode()).hexdigest()[:6]
@@ -90,13 +96,14 @@ class LiumProvider:
         raise LiumNotFoundError(f"pod {pod_id} is not listed")
 
     # ---------------------------------------------------------------- nodes, volumes, pods
-    def choose_node(self, lium, req: PodRequest):
+    def choose_node(self, lium, req: PodRequest, exclude: frozenset[str] = frozenset()):
         if req.executor_id:
             node = lium.get_executor(req.executor_id)
             if node is None:
                 raise NoNode(f"executor {req.executor_id} is not listed")
             return node
-        nodes = [n for n in lium.ls(gpu_type=req.gpu_type) if n.gpu_count >= req.gpu_count]
+        nodes = [n for n in lium.ls(gpu_type=req.gpu_type) if n.id not in exclude and free_gpus(n) >= req.gpu_count
+                 and not (n.whole_host_only and free_gpus(n) < n.gpu_count)]
         if req.max_price_per_hour is not None:
             nodes = [n for n in nodes if n.price_per_hour <= req.max_price_per_hour]
         if req.countries:
@@ -106,7 +113,8 @@ class LiumProvider:
             raise NoNode(f"no node with {req.gpu_count}x {req.gpu_type or 'any GPU'}"
                          + (f" at <= ${req.max_price_per_hour}/h" if req.max_price_per_hour is not None else "")
                          + (f" in {','.join(req.countries)}" if req.countries else ""))
-        return min(nodes, key=lambda n: (n.price_per_hour, n.id))
+        return min(nodes, key=lambda n: (n.price_per_gpu * req.gpu_count if not n.whole_host_only
+                                          else n.price_per_hour, n.id))
 
     def ensure_volume(self, name: str) -> str:
         with self._lium() as lium:
@@ -117,11 +125,36 @@ class LiumProvider:
 
     def rent(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
         with self._lium() as lium:
-            node = self.choose_node(lium, req)
-            created = lium.up(executor_id=node.id, name=name, template_id=req.template_id, image=req.image,
-                              volume_id=volume_id, idempotency_key=key, enable_backups=False,
-                              termination_hours=req.termination_hours)
-            return PodRef(id=str(created["id"]), name=name, price_per_hour=float(node.price_per_hour))
+            exclude: set[str] = set()
+            while True:
+                node = self.choose_node(lium, req, frozenset(exclude))
+                try:
+                    return self._rent_on(lium, node, req, name, key, volume_id)
+                except Exception:
+                    # another rent (another run's) took the node's GPUs since it was listed: try the next node
+                    # (the same idempotency key: a pod our failed call made after all is found, not doubled)
+                    if req.executor_id or len(exclude) >= 8 or not self._taken(lium, node.id, req.gpu_count):
+                        raise
+                    exclude.add(node.id)
+
+    @staticmethod
+    def _taken(lium, node_id: str, gpus: int) -> bool:
+        try:
+            now = lium.get_executor(node_id)
+        except Exception:  # noqa: BLE001 - cannot tell: the rent's own error is the one to report
+            return False
+        return now is None or free_gpus(now) < gpus
+
+    @staticmethod
+    def _rent_on(lium, node, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
+        # exactly the GPUs the run's argv uses (cluster.gpus_per_node): without a count Lium gives every
+        # GPU free on the node, which on a partly rented node can be fewer; a whole-only node takes all
+        count = None if node.whole_host_only else req.gpu_count
+        created = lium.up(executor_id=node.id, name=name, template_id=req.template_id, image=req.image,
+                          volume_id=volume_id, idempotency_key=key, enable_backups=False,
+                          termination_hours=req.termination_hours, gpu_count=count)
+        price = float(node.price_per_gpu) * count if count else float(node.price_per_hour)
+        return PodRef(id=str(created["id"]), name=name, price_per_hour=round(price, 6))
 
     def wait_ready(self, pod_id: str, timeout: float) -> bool:
         with self._lium() as lium:

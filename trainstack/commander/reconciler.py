@@ -35,6 +35,10 @@ from trainstack.secrets import FORWARDED_SECRETS
 # Not secrets, but where the secrets are good: a Hub mirror or private endpoint, a self-hosted wandb.
 # A pod's SSH session starts with a clean environment, so the commander passes them on with the secrets.
 FORWARDED_ENDPOINTS = ("HF_ENDPOINT", "WANDB_BASE_URL")
+DEAD_STATES = ("FAILED", "STOPPED", "CREATION_FAILED", "TERMINATED", "ERROR")
+# A pod is judged lost from the listings only when this many listings in a row agree (and, for a
+# pod whose worker holds the lease, only once that lease has lapsed: a renewing worker is alive).
+LOST_AFTER_LISTINGS = 2
 
 
 @dataclass
@@ -61,6 +65,12 @@ class CommanderConfig:
             raise ValueError(f"heartbeat ({self.heartbeat_s} s) must be > 0 and below the worker deadline")
 
 
+def progressed(run: CommanderRun) -> bool:
+    """A checkpoint newer than the one the run had at its last restart."""
+    return run.last_checkpoint is not None and (run.strike_checkpoint is None
+                                                or run.last_checkpoint > run.strike_checkpoint)
+
+
 def worker_log_path(req: PodRequest, run_id: str, epoch: int) -> str:
     return f"{req.workdir.rstrip('/')}/{run_id}/worker-e{epoch}.log"
 
@@ -77,6 +87,7 @@ class Reconciler:
         self._thread: threading.Thread | None = None
         self._pods: dict[str, Any] | None = None  # last pod listing
         self._pods_at = 0.0
+        self._unlisted: dict[str, int] = {}  # pod id -> listings in a row that showed it gone or dead
         self.started = time.time()
 
     # ------------------------------------------------------------------ loop
@@ -123,10 +134,28 @@ class Reconciler:
         try:
             self._pods = self.provider.list_pods()
             self._pods_at = time.monotonic()
+            self._count_unlisted(self._pods)
         except Exception as ex:  # noqa: BLE001 - Lium unreachable: decide nothing from a missing listing
             print(f"trainstack commander: listing pods failed: {ex}", flush=True)
             self._pods = None
         return self._pods
+
+    def _count_unlisted(self, pods: dict[str, Any]) -> None:
+        """Per open pod of ours, how many listings in a row showed it gone or dead: one listing that
+        omits a pod (an API glitch, a replica behind) proves nothing."""
+        seen = {}
+        for p in self.store.open_pods():
+            ref = pods.get(p["pod_id"])
+            if ref is None or ref.status in DEAD_STATES:
+                seen[p["pod_id"]] = self._unlisted.get(p["pod_id"], 0) + 1
+        self._unlisted = seen
+
+    def pod_verdict(self, pod_id: str) -> str | None:
+        """The pod's state when the provider agreed on it across `LOST_AFTER_LISTINGS` listings, else None."""
+        if self._pods is None or self._unlisted.get(pod_id, 0) < LOST_AFTER_LISTINGS:
+            return None
+        ref = self._pods.get(pod_id)
+        return "GONE" if ref is None else ref.status
 
     def refresh(self) -> None:
         """Read the pod list at the next tick (after a change we made)."""
@@ -160,10 +189,9 @@ class Reconciler:
         if run.desired in ("cancelled", "paused"):
             self._wind_down(run, now)
             return
-        listed = None if pods is None or not run.pod_id else pods.get(run.pod_id)
-        pod_state = None if pods is None or not run.pod_id else (listed.status if listed is not None else "GONE")
-        if run.phase in ("running", "starting") and pod_state in ("GONE", "FAILED", "STOPPED", "CREATION_FAILED",
-                                                                  "TERMINATED", "ERROR"):
+        pod_state = None if pods is None or not run.pod_id else self.pod_verdict(run.pod_id)
+        if (run.phase == "starting" or (run.phase == "running" and not run.lease_live(now))) and \
+                pod_state is not None and (pod_state == "GONE" or pod_state in DEAD_STATES):
             self._set(run, "pod_lost", {"pod_id": run.pod_id, "pod_status": pod_state}, phase="lost",
                       lease_holder=None, lease_expires=None, message=f"pod {run.pod_id} {pod_state.lower()}")
         elif run.phase == "running" and not run.lease_live(now):
@@ -175,14 +203,19 @@ class Reconciler:
         run = self.store.run(run.run_id) or run
         if run.phase == "lost":
             self._remove_run_pods(run)
-            if run.restarts >= run.restart_limit:
-                self._set(run, "failed", {"reason": "restart limit"}, phase="failed",
-                          message=f"gave up after {run.restarts} restarts (restart_limit={run.restart_limit}); "
-                                  f"last: {run.message}")
+            strikes = run.strikes
+            if strikes and progressed(run):  # it trained since the last restart: a preemption, not a failure
+                self._event(run, "restart_budget_reset", strikes=strikes, last_checkpoint=run.last_checkpoint,
+                            checkpoint_at_last_restart=run.strike_checkpoint)
+                strikes = 0
+            if strikes >= run.restart_limit:
+                self._set(run, "failed", {"reason": "restart limit"}, phase="failed", strikes=strikes,
+                          message=f"gave up after {strikes} restarts without progress (restart_limit="
+                                  f"{run.restart_limit}); last: {run.message}")
                 return
-            delay = min(self.config.backoff_s * (2 ** run.restarts), self.config.backoff_max_s)
+            delay = min(self.config.backoff_s * (2 ** strikes), self.config.backoff_max_s)
             self._set(run, "backoff", {"delay_s": delay}, phase="pending", restarts=run.restarts + 1,
-                      next_attempt=now + delay, pod_id=None)
+                      strikes=strikes + 1, strike_checkpoint=run.last_checkpoint, next_attempt=now + delay, pod_id=None)
             return
         if run.phase == "pending" and now >= run.next_attempt:
             with self.store.tx() as db:  # the new epoch is committed before anything is rented
@@ -194,6 +227,45 @@ class Reconciler:
             run = self.store.run(run.run_id) or run
         if run.phase == "provisioning":
             self._provision_async(run)
+
+    def _wait_for_capacity(self, run: CommanderRun, why: str) -> None:
+        """No node matches now: back to `pending` (status shows why and since when), retried with backoff
+        doubling up to backoff_max_s, for `capacity_wait_s` from the first miss; then the run fails."""
+        now = time.time()
+        since = run.capacity_since or now
+        waited = now - since
+        if waited >= run.capacity_wait_s:
+            self._set(run, "failed", {"reason": "no capacity", "waited_s": round(waited)}, phase="failed",
+                      capacity_since=None, message=f"no node free for {waited:.0f} s (capacity_wait_s="
+                                                   f"{run.capacity_wait_s:.0f}): {why}")
+            return
+        tries = sum(1 for e in self.store.events(run.run_id) if e["event"] == "no_capacity"
+                    and e["time"] >= since - 1)
+        delay = min(self.config.backoff_s * (2 ** min(tries, 16)), self.config.backoff_max_s,
+                    max(0.0, run.capacity_wait_s - waited))
+        self._set(run, "no_capacity", {"error": why, "retry_in_s": round(delay, 1), "waited_s": round(waited)},
+                  phase="pending", capacity_since=since, next_attempt=now + delay,
+                  message=f"waiting for capacity since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC "
+                          f"(up to {run.capacity_wait_s:.0f} s): {why}")
+
+    def _checkpoint_missing(self, run: CommanderRun, pod_id: str, run_dir: str) -> str | None:
+        """Why the new pod must not train, when the run had checkpoint N but the pod's run dir holds no
+        checkpoint as new (a lost or wiped volume, `volume=null`) and no Hub copy can restore it."""
+        if run.last_checkpoint is None or ((run.spec.get("hub") or {}).get("repo_id")):
+            return None
+        from trainstack.rundir import layout
+
+        raw = self.provider.read(pod_id, f"{run_dir}/{layout.CHECKPOINTS}/{layout.TRACKER}", 0, 64)
+        try:
+            found = int(raw.decode().strip()) if raw else None
+        except ValueError:
+            found = None
+        if found is not None and found >= run.last_checkpoint:
+            return None
+        have = "no checkpoint" if found is None else f"only checkpoint {found}"
+        return (f"volume lost: the run had checkpoint {run.last_checkpoint}, its run dir on the new pod has {have}, "
+                f"and there is no Hub copy (hub.repo_id); paused instead of training from rollout 0. Recover the "
+                f"volume, or resume from scratch: POST /v1/runs/{run.run_id}/resume?from_scratch=true")
 
     def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
@@ -296,6 +368,13 @@ class Reconciler:
 
             self.provider.put_file(pod_id, f"{run_dir}/{layout.SPEC}",
                                    (json.dumps(spec, indent=1, sort_keys=True, default=str) + "\n").encode())
+            lost = self._checkpoint_missing(run, pod_id, run_dir)
+            if lost:  # starting the worker would train from rollout 0: the run waits for the user instead
+                with self.store.tx() as db:
+                    if Store.update(db, run.run_id, epoch=epoch, desired="paused", message=lost):
+                        Store.event(db, run.run_id, "volume_lost", epoch, last_checkpoint=run.last_checkpoint,
+                                    pod_id=pod_id)
+                return
             argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,
                    "TRAINSTACK_COMMANDER_TOKEN": self.worker_token(run.run_id),
@@ -304,13 +383,16 @@ class Reconciler:
                    **{k: os.environ[k] for k in (*FORWARDED_SECRETS, *FORWARDED_ENDPOINTS) if os.environ.get(k)}}
             pid = self.provider.start(pod_id, argv, env, worker_log_path(req, run.run_id, epoch))
             with self.store.tx() as db:  # the worker may have taken its lease already (phase running)
-                db.execute("UPDATE runs SET phase='starting', deadline=?, updated=? WHERE run_id=? AND epoch=? AND "
-                           "phase='provisioning'", (time.time() + self.config.start_timeout_s, time.time(),
-                                                    run.run_id, epoch))
+                db.execute("UPDATE runs SET phase='starting', deadline=?, updated=?, message=CASE WHEN "
+                           "capacity_since IS NULL THEN message END, capacity_since=NULL "
+                           "WHERE run_id=? AND epoch=? AND phase='provisioning'",
+                           (time.time() + self.config.start_timeout_s, time.time(), run.run_id, epoch))
                 Store.event(db, run.run_id, "worker_started", epoch, pod_id=pod_id, pid=pid,
                             log=worker_log_path(req, run.run_id, epoch))
+        except NoNode as ex:  # no capacity: not the pod's fault, so no restart counted; wait within a budget
+            self._wait_for_capacity(run, str(ex))
         except Exception as ex:  # noqa: BLE001 - any failure: clean up and retry with backoff
-            kind = "no_node" if isinstance(ex, NoNode) else "provision_failed"
+            kind = "provision_failed"
             self._set(run, kind, {"error": f"{type(ex).__name__}: {ex}", "pod_id": pod_id}, phase="lost",
                       message=f"{kind}: {ex}")
         finally:

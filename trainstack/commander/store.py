@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS runs (
   volume_id TEXT,
   restarts INTEGER NOT NULL DEFAULT 0,
   restart_limit INTEGER NOT NULL DEFAULT 5,
+  strikes INTEGER NOT NULL DEFAULT 0,
+  strike_checkpoint INTEGER,
+  capacity_wait_s REAL NOT NULL DEFAULT 3600,
+  capacity_since REAL,
   next_attempt REAL NOT NULL DEFAULT 0,
   deadline REAL,
   spend_limit REAL,
@@ -98,6 +102,10 @@ class CommanderRun:
     volume_id: str | None
     restarts: int
     restart_limit: int
+    strikes: int  # restarts since the last progress (a newer checkpoint): what restart_limit bounds
+    strike_checkpoint: int | None  # the last checkpoint when a strike was counted
+    capacity_wait_s: float  # how long to keep waiting for a free node before the run is failed
+    capacity_since: float | None  # when the run started waiting for a free node (None: not waiting)
     next_attempt: float
     deadline: float | None
     spend_limit: float | None
@@ -133,11 +141,20 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        self._migrate()
         self._lock = threading.RLock()
         try:
             self.path.chmod(0o600)
         except OSError:
             pass
+
+    def _migrate(self) -> None:
+        """Columns added after a database was made (a commander upgraded in place keeps its state)."""
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(runs)").fetchall()}
+        for col, decl in (("strikes", "INTEGER NOT NULL DEFAULT 0"), ("strike_checkpoint", "INTEGER"),
+                          ("capacity_wait_s", "REAL NOT NULL DEFAULT 3600"), ("capacity_since", "REAL")):
+            if col not in have:
+                self._db.execute(f"ALTER TABLE runs ADD COLUMN {col} {decl}")
 
     def close(self) -> None:
         with self._lock:

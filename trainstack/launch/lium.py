@@ -43,7 +43,8 @@ class LiumSettings:
     """`cluster.lium`: the pod a run needs, and how the commander keeps it on one."""
 
     pod: dict[str, Any] = field(default_factory=dict)  # trainstack/commander/provider.py PodRequest fields
-    restart_limit: int = 5  # pods re-provisioned per run before it is failed
+    restart_limit: int = 5  # pods re-provisioned without progress (a newer checkpoint) before it is failed
+    capacity_wait_s: float = 3600.0  # no node free: keep trying (with backoff) this long, then fail the run
     spend_limit: Optional[float] = None  # USD per run: at the limit the run is paused and its pod removed
     sweep_spend_limit: Optional[float] = None  # USD for all runs of the sweep together
     commander_url: Optional[str] = None  # default $TRAINSTACK_COMMANDER_URL, else a commander on this host
@@ -68,6 +69,8 @@ class LiumSettings:
             out += [(e.key, e.value, e.problem, e.fix.replace("set pod.", "set cluster.lium.pod.")) for e in errors]
         if self.pod.get("template_id") and self.pod.get("image"):
             out.append(("pod.image", self.pod["image"], "set either template_id or image, not both", "remove one of them"))
+        if self.capacity_wait_s < 0:
+            out.append(("capacity_wait_s", self.capacity_wait_s, "must be 0 or more", "cluster.lium.capacity_wait_s=3600"))
         if self.restart_limit < 0:
             out.append(("restart_limit", self.restart_limit, "must be 0 or more", "cluster.lium.restart_limit=5"))
         return out
@@ -231,6 +234,7 @@ def submit_specs(specs: Sequence[RunSpec], settings: LiumSettings, sweep_dir: st
         run_settings = LiumLauncher().settings(spec)
         body = {"run_id": spec.run_id, "spec": pod_spec(spec, req), "settings": req.to_dict(),
                 "sweep": sweep_dir, "restart_limit": int(run_settings.restart_limit),
+                "capacity_wait_s": float(run_settings.capacity_wait_s),
                 "spend_limit": run_settings.spend_limit, "sweep_spend_limit": run_settings.sweep_spend_limit}
         try:
             answer = client.post("/v1/runs", body)

@@ -52,7 +52,7 @@ def default_executors() -> list[dict[str, Any]]:
                 "specs": {"gpu": {"count": count, "details": [{"name": machine, "capacity": 81559}] * count},
                           "cpu": {"count": 16 * count}, "ram": {"total": 128 * 1024 * count},
                           "available_port_count": 20},
-                "max_cuda_version": 12.8, "available_gpu_count": count}
+                "max_cuda_version": 12.8, "available_gpu_count": count, "min_gpu_count_for_rental": 1}
     return [node("6f0c5a7e-0d4f-4a53-9a55-8f0f8b2a0001", "NVIDIA H100 80GB HBM3", 8, 2.10, "US"),
             node("6f0c5a7e-0d4f-4a53-9a55-8f0f8b2a0002", "NVIDIA H100 80GB HBM3", 8, 1.95, "DE"),
             node("6f0c5a7e-0d4f-4a53-9a55-8f0f8b2a0003", "NVIDIA GeForce RTX 4090", 1, 0.30, "US"),
@@ -74,6 +74,7 @@ class Faults:
     never_ready: int = 0  # the next N pods never leave PENDING
     ready_delay_s: float = 0.0  # extra seconds before a pod is RUNNING (slow pods)
     delete_leaves_running: int = 0  # the next N removals drop the pod from the API but leave it running
+    omit_from_listing: dict[str, int] = field(default_factory=dict)  # pod id or name -> next N GET /pods omit it
 
 
 @dataclass
@@ -259,14 +260,23 @@ class FakeLium:
             raise ApiError(404, f"Pod {pod_id} not found")
         return pod
 
+    def _free_gpus(self, executor: dict[str, Any]) -> int:
+        """GPUs of the node no live pod holds: a rented GPU is not rentable (GPU splitting)."""
+        with self.lock:
+            used = sum(p.gpu_count for p in self.pods.values() if p.executor["id"] == executor["id"] and not p.failed)
+        return max(0, int(executor["gpu_count"]) - used)
+
+    def _listed(self, executor: dict[str, Any]) -> dict[str, Any]:
+        return {**executor, "available_gpu_count": self._free_gpus(executor)}
+
     def _executor(self, executor_id: str) -> dict[str, Any]:
         for e in self.executors:
             if e["id"] == executor_id:
-                return e
+                return self._listed(e)
         raise ApiError(404, f"Executor {executor_id} not found")
 
     def list_executors(self, query: dict[str, list[str]]) -> list[dict[str, Any]]:
-        out = list(self.executors)
+        out = [self._listed(e) for e in self.executors]
         names = (query.get("machine_names") or [""])[0]
         if names:
             wanted = set(names.split(","))
@@ -299,7 +309,13 @@ class FakeLium:
             if template_id and not any(t["id"] == template_id for t in self.templates):
                 raise ApiError(404, f"Template {template_id} not found")
             pod_id = str(uuid.uuid4())
-            gpu_count = int(body.get("gpu_count") or executor["gpu_count"])
+            free = int(executor["available_gpu_count"])
+            gpu_count = int(body.get("gpu_count") or free)  # no count: every GPU free now, as on the service
+            if free < 1 or gpu_count > free:
+                raise ApiError(400, f"Executor {executor_id} has {free} free GPUs; {gpu_count} requested",
+                               code="insufficient_gpus")
+            if gpu_count < executor["gpu_count"] and executor.get("min_gpu_count_for_rental") is None:
+                raise ApiError(400, f"Executor {executor_id} rents whole only ({executor['gpu_count']} GPUs)")
             pod = FakePod(id=pod_id, name=str(body.get("pod_name") or "Your Pod"), executor=executor,
                           template_id=template_id, volume_id=volume_id, keys=list(keys), created_at=_now_iso(),
                           created_ts=time.time(), gpu_count=gpu_count,
@@ -370,6 +386,22 @@ class FakeLium:
         self.pods.pop(pod.id, None)
         self.removed.append({"id": pod.id, "name": pod.name, "price": pod.price, "created": pod.created_ts,
                              "removed": time.time(), "reason": reason})
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        """GET /pods; a pod named in `faults.omit_from_listing` is left out of that many answers (a
+        listing glitch: the pod and its processes are untouched)."""
+        out = []
+        with self.lock:
+            omit = self.faults.omit_from_listing
+            for p in self.live_pods():
+                key = p.id if omit.get(p.id, 0) > 0 else p.name if omit.get(p.name, 0) > 0 else None
+                if key is None:
+                    out.append(p.row())
+                    continue
+                omit[key] -= 1
+                if omit[key] <= 0:
+                    del omit[key]
+        return out
 
     def delete_pod(self, pod_id: str) -> dict[str, Any]:
         with self.lock:
@@ -450,7 +482,7 @@ class FakeLium:
             ("GET", "templates"): lambda **_: list(self.templates),
             ("GET", f"templates/{ID}"): lambda tid, **_: next(
                 (t for t in self.templates if t["id"] == tid), None) or _raise(ApiError(404, "template not found")),
-            ("GET", "pods"): lambda **_: [p.row() for p in self.live_pods()],
+            ("GET", "pods"): lambda **_: self.list_pods(),
             ("GET", f"pods/{ID}"): lambda pid, **_: self._pod(pid).row(),
             ("GET", f"pods/{ID}/events"): lambda pid, **_: list(self._pod(pid).events),
             ("DELETE", f"pods/{ID}"): lambda pid, **_: self.delete_pod(pid),
