@@ -6,13 +6,12 @@ Plugins subclass `PointLauncher` through this module (`hydra_points.PointLaunche
 plugin scan, which registers every Launcher class a plugin module names, does not list it."""
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
-from omegaconf import OmegaConf, open_dict, read_write
+from omegaconf import OmegaConf
 
 
 class PointLauncher(Launcher):
@@ -40,11 +39,8 @@ class PointLauncher(Launcher):
         sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
         HydraConfig.instance().set_config(sweep_config)
         origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
-        task_cfg = copy.deepcopy(sweep_config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-        run, cmd = build(task_cfg, origin)
-        return run, cmd, task_cfg
+        run, cmd = build(sweep_config, origin)  # resolve leaves the hydra node out: no copy of the config
+        return run, cmd, sweep_config
 
     def refuse_optuna_without_wait(self, what: str) -> None:
         """The Optuna sweeper needs each trial's metric, which exists only once the `what` has ended."""
