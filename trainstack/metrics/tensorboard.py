@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from trainstack.metrics import Series, finish
 
@@ -99,7 +99,7 @@ def _frames(data: bytes) -> tuple[list[int], list[int]] | None:
     return offsets, lengths
 
 
-def _frames_at_once(buf, np):  # type: ignore[no-untyped-def]
+def _frames_at_once(buf, np) -> tuple[Any, Any] | None:  # type: ignore[no-untyped-def]
     """The framing found with array operations when every record is shorter than 64 KiB and its
     payload starts with a wall_time (a scalar file): the candidate record starts must chain exactly,
     each one's end the next one's start, from byte 0 to the end of the file (a torn last record
@@ -122,7 +122,7 @@ def _frames_at_once(buf, np):  # type: ignore[no-untyped-def]
     for n in np.unique(length).tolist():
         if (crc[length == n] != masked_crc32c(int(n).to_bytes(8, "little"))).any():
             return None
-    return (p + 12).tolist(), length.tolist()
+    return p + 12, length
 
 
 def _fast(data: bytes, raw: dict[str, dict[float, float]]) -> bool:
@@ -181,8 +181,10 @@ def _fast(data: bytes, raw: dict[str, dict[float, float]]) -> bool:
             return False
         for i, row in enumerate(first.tolist()):
             mine = sel[which == i]
+            # the last write of a step wins: the first of each step in reverse order, then by step
+            at, latest = np.unique(steps[mine][::-1], return_index=True)
             series = raw.setdefault(bytes(tags[row]).decode("utf-8", "replace"), {})
-            series.update(zip(steps[mine].astype(np.float64).tolist(), values[mine].tolist()))
+            series.update(zip(at.astype(np.float64).tolist(), values[mine][::-1][latest].tolist()))
     return True
 
 
