@@ -65,3 +65,38 @@ def data_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("arith")
     write_task(d)
     return d
+
+
+# ------------------------------------------------------------------------------------------
+# pytest-xdist (`make test` runs `-n 2 --dist loadgroup`): tests that share something machine-wide
+# run on one worker, one after another. Everything else is parallel-safe: each worker is its own
+# process (cwd, environment, in-process fakes), scratch dirs come from tmp_path, servers bind
+# ephemeral ports, Ray heads get their own ports and temp dirs.
+# ------------------------------------------------------------------------------------------
+XDIST_FILE_GROUPS = {
+    "test_slurm.py": "slurm",  # the one SLURM cluster: a test takes it down and up again
+    "test_ray_job.py": "ray",  # Ray heads: 2 cores do not start two in time
+    "test_lium.py": "lium", "test_fake_lium.py": "lium", "test_commander.py": "lium",  # fake Lium pods
+    "test_soak.py": "soak",  # timing-sensitive fault injection: alone on its worker's core
+}
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group a test must share a worker with, or None (free to run anywhere)."""
+    path = Path(str(item.fspath))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "cluster_up" in fixtures or "slurm" in item.name.lower() and path.name == "test_hub_runs.py":
+        return "slurm"
+    if "fake_lium" in fixtures:
+        return "lium"
+    if path.name == "test_docs_examples.py" and "doc" in getattr(item, "callspec", type("", (), {"params": {}})).params:
+        return f"docs-{item.callspec.params['doc']}"  # type: ignore[attr-defined]  # a doc's commands build on each other
+    return XDIST_FILE_GROUPS.get(path.name)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
