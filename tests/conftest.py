@@ -89,8 +89,11 @@ def xdist_group_of(item: pytest.Item) -> str | None:
         return "slurm"
     if "fake_lium" in fixtures:
         return "lium"
-    if path.name == "test_docs_examples.py" and "doc" in getattr(item, "callspec", type("", (), {"params": {}})).params:
-        return f"docs-{item.callspec.params['doc']}"  # type: ignore[attr-defined]  # a doc's commands build on each other
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    if path.name == "test_docs_examples.py" and "doc" in params:
+        if params.get("cmd") in getattr(item.module, "INDEPENDENT", ()):  # type: ignore[attr-defined]
+            return None
+        return f"docs-{params['doc']}"  # a doc's commands build on each other: one worker, in order
     return XDIST_FILE_GROUPS.get(path.name)
 
 
