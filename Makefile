@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/checkpoint_lookup.py
 	$(PY) benchmarks/tiny_learning.py
 	$(PY) benchmarks/compare_read.py
+	$(PY) benchmarks/compare_status_runs.py
 	$(PY) benchmarks/agentic_learning.py
 	$(PY) benchmarks/hub_sync.py
 

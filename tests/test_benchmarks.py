@@ -23,6 +23,8 @@ SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
                                             "sweep_points", "sweep_s")),
     "checkpoint_lookup.py": ("resume.json", ("lookup", "resume")),
     "compare_read.py": ("compare_read.json", ("runs", "steps", "read_seconds", "within_target")),
+    "compare_status_runs.py": ("compare_status.json", ("runs", "rollouts_per_run", "compare_median_s",
+                                                       "status_median_s")),
     "tiny_learning.py": ("tiny_learning.json", ("wall_time_s", "peak_rss_mib", "reward_first10", "reward_last20")),
     "agentic_learning.py": ("agentic_learning.json", ("reward_first", "reward_last", "wall_s",
                                                       "env_server_started", "env_server_stopped")),
