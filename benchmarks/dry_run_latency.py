@@ -43,11 +43,19 @@ if __name__ == "__main__":
 '''
 
 
+CPU: dict[str, float] = {}  # the last timed command's user + system CPU seconds (load-independent)
+
+
 def timed(argv: list[str], cwd: str) -> float:
+    import resource
+
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     dt = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if res.returncode:
         raise SystemExit(f"{argv} failed: {res.stderr}")
     return dt
@@ -75,6 +83,7 @@ def main() -> None:
         sweep_argv = [*run_py, "-m", "hydra/launcher=lium", *OVERRIDES, "dry_run=true",
                       f"algo.lr={lrs}", f"args.seed={seeds}", f"hydra.sweep.dir={tmp}/sweep"]
         sweep = timed(sweep_argv, tmp)
+        sweep_cpu = CPU["last"]
     med = statistics.median
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
@@ -87,6 +96,7 @@ def main() -> None:
         "help_ratio": round(med(help_t) / med(cfg_t), 3),
         "sweep_points": side * side,
         "sweep_s": round(sweep, 2),
+        "sweep_cpu_s": round(sweep_cpu, 2),
         "targets": {"dry_run_median_s": 1.0, "ratio": 1.3, "sweep_256_s": 5, "help_ratio": 1.2},
     }
     benchlib.write("dry_run.json", result)

@@ -82,9 +82,9 @@ def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict
 def main() -> None:
     import benchlib
 
-    quick = benchlib.quick()  # short mode: 20 rollouts (benchmarks/benchlib.py)
+    quick = benchlib.quick()  # short mode: 8 rollouts (benchmarks/benchlib.py)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-rollout", type=int, default=20 if quick else 800)
+    p.add_argument("--num-rollout", type=int, default=8 if quick else 800)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=None, help="default: benchmarks/results/tiny_learning.json")
     a = p.parse_args()
