@@ -97,9 +97,31 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return XDIST_FILE_GROUPS.get(path.name)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the node ids
+def pytest_itemcollected(item):
+    """The group as a marker while collecting, before xdist's pytest_collection_modifyitems reads the
+    markers into the node ids that `--dist loadgroup` schedules by."""
+    group = xdist_group_of(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    """What xdist's worker does for `--dist loadgroup`: a grouped test's node id gets `@<group>`, the
+    scope the scheduler sends to one worker. xdist 3.8's own hook sets `item._nodeid`, which pytest 9
+    no longer reads (node ids are `item._id`), so every test ran wherever it was sent; done here,
+    once, for either pytest."""
+    if not getattr(config.option, "loadgroup", False):
+        return
     for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(item.nodeid + suffix)
+        else:
+            item._nodeid = item.nodeid + suffix
