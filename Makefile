@@ -20,8 +20,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(PY) run.py $(ARGS)
 
+# Two workers (pytest-xdist); tests that share the SLURM cluster, Ray, the fake Lium or a doc's scratch
+# directory run on one worker in order (--dist loadgroup, groups in tests/conftest.py).
+XDIST ?= -n 2 --dist loadgroup
+
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # ruff (lint) and mypy over trainstack/ and plugins/ (settings in pyproject.toml); part of `make test`.
 lint: $(STAMP)
@@ -29,7 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 golden: $(STAMP)
 	$(PY) -m trainstack.tools.golden --update
@@ -39,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/checkpoint_lookup.py
 	$(PY) benchmarks/tiny_learning.py
 	$(PY) benchmarks/compare_read.py
+	$(PY) benchmarks/compare_status_runs.py
 	$(PY) benchmarks/agentic_learning.py
 	$(PY) benchmarks/hub_sync.py
 

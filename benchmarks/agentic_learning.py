@@ -26,11 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
+    import benchlib
+
+    quick = benchlib.quick()  # short mode: 4 rollouts (benchmarks/benchlib.py)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-rollout", type=int, default=60)
-    p.add_argument("--window", type=int, default=10, help="rollouts averaged at each end")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "agentic_learning.json"))
+    p.add_argument("--num-rollout", type=int, default=4 if quick else 60)
+    p.add_argument("--window", type=int, default=2 if quick else 10, help="rollouts averaged at each end")
+    p.add_argument("--out", default=None, help="default: benchmarks/results/agentic_learning.json")
     a = p.parse_args(argv)
+    a.out = a.out or str(benchlib.result_path("agentic_learning.json"))
     with tempfile.TemporaryDirectory(prefix="agentic-bench-") as tmp:
         cmd = [sys.executable, str(ROOT / "run.py"), "experiment=cpu-agentic", f"env.num_rollout={a.num_rollout}",
                "run_id=agentic-bench"]
@@ -65,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         "reward_curve": [round(x, 3) for x in reward],
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
     }
+    result["context"] = benchlib.context()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "reward_curve"}, indent=1))

@@ -1,7 +1,7 @@
 """Latest-complete-checkpoint lookup with 1000 `iter_*` directories (target <= 50 ms), and the
 resume overhead of the CPU smoke run: relaunch-to-first-new-rollout vs fresh-start-to-first-rollout.
 
-Results: benchmarks/results/resume.json.
+Results: benchmarks/results/resume.json. Short mode (--quick): 100 directories, one relaunch pair.
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import benchlib  # noqa: E402
 
 from trainstack.checkpoints import inspect  # noqa: E402
 
@@ -85,7 +87,7 @@ def resume_benchmark(reps: int = 3) -> dict:
 
 
 if __name__ == "__main__":
-    out = {"lookup": lookup_benchmark(), "resume": resume_benchmark(), "cpus": os.cpu_count()}
-    path = ROOT / "benchmarks" / "results" / "resume.json"
-    path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(out, indent=2))
+    quick = benchlib.quick()
+    out = {"lookup": lookup_benchmark(100 if quick else 1000), "resume": resume_benchmark(1 if quick else 3),
+           "cpus": os.cpu_count()}
+    benchlib.write("resume.json", out)

@@ -103,13 +103,17 @@ def events(run_dir: Path) -> list[dict]:
 
 
 def main() -> int:
+    import benchlib
+
+    quick = benchlib.quick()  # short mode: one pair of 30-rollout runs, a 5 s outage (benchmarks/benchlib.py)
     ap = argparse.ArgumentParser()
-    ap.add_argument("--num-rollout", type=int, default=200)
-    ap.add_argument("--save-interval", type=int, default=10)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--outage-s", type=float, default=60.0)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "hub_sync.json"))
+    ap.add_argument("--num-rollout", type=int, default=30 if quick else 200)
+    ap.add_argument("--save-interval", type=int, default=5 if quick else 10)
+    ap.add_argument("--reps", type=int, default=1 if quick else 5)
+    ap.add_argument("--outage-s", type=float, default=5.0 if quick else 60.0)
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/hub_sync.json")
     ns = ap.parse_args()
+    ns.out = ns.out or str(benchlib.result_path("hub_sync.json"))
     tmp = Path(tempfile.mkdtemp(prefix="hub-bench-"))
     hub_proc, url = start_hub(tmp)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": url, "HF_HOME": str(tmp / "hf-home"),
@@ -196,6 +200,7 @@ def main() -> int:
         hub_proc.terminate()
         hub_proc.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
+    result["context"] = benchlib.context()
     Path(ns.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0

@@ -103,20 +103,22 @@ def main() -> int:
     if shutil.which("sbatch") is None:
         print("no sbatch: run `scripts/slurm-local.sh up` (root) first", file=sys.stderr)
         return 2
+    import benchlib
+
+    quick = benchlib.quick()  # short mode: 4 jobs each way, no requeue (benchmarks/benchlib.py)
+    n = 4 if quick else 64
     with tempfile.TemporaryDirectory(prefix="ts-slurm-bench-") as tmp:
         work = Path(tmp)
         results = {
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                         "slurm": subprocess.run(["sbatch", "--version"], capture_output=True, text=True).stdout.strip(),
                         "scheduler": "scripts/slurm-local.sh (cred_expire=10, sched_interval=5, bf_interval=5)"},
-            "submit_64_jobs": bench_submit(work, 64, array=False),
-            "submit_64_array": bench_submit(work, 64, array=True),
-            "requeue_to_resume": bench_requeue(work),
+            "submit_64_jobs": bench_submit(work, n, array=False),
+            "submit_64_array": bench_submit(work, n, array=True),
+            "requeue_to_resume": None if quick else bench_requeue(work),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    print(json.dumps(results, indent=1))
+    benchlib.write(RESULTS.name, results)
     return 0
 
 

@@ -260,16 +260,17 @@ def run_soak(work: Path, faults: int = 50, seed: int = 7, num_rollout: int = 600
 
 
 def main() -> int:
+    import benchlib
+
+    quick = benchlib.quick()  # short mode: 4 faults in a 60-rollout run (benchmarks/benchlib.py)
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--faults", type=int, default=50)
+    p.add_argument("--faults", type=int, default=4 if quick else 50)
     p.add_argument("--seed", type=int, default=7)
     ns = p.parse_args()
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-        result = run_soak(Path(tmp), ns.faults, ns.seed)
-    out = ROOT / "benchmarks" / "results" / "soak.json"
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
+        result = run_soak(Path(tmp), ns.faults, ns.seed, num_rollout=60 if quick else 600)
+    benchlib.write("soak.json", result)
     return 0
 
 

@@ -80,11 +80,15 @@ def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict
 
 
 def main() -> None:
+    import benchlib
+
+    quick = benchlib.quick()  # short mode: 8 rollouts (benchmarks/benchlib.py)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-rollout", type=int, default=800)
+    p.add_argument("--num-rollout", type=int, default=8 if quick else 800)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tiny_learning.json"))
+    p.add_argument("--out", default=None, help="default: benchmarks/results/tiny_learning.json")
     a = p.parse_args()
+    a.out = a.out or str(benchlib.result_path("tiny_learning.json"))
     sys.path.insert(0, str(ROOT))
     from trainstack.tiny.arithmetic import write_task
 
@@ -144,6 +148,7 @@ def main() -> None:
     for i, x in enumerate(result["argv"]):
         if x.startswith(str(Path(tempfile.gettempdir()))):
             result["argv"][i] = "<tmp>/" + Path(x).name
+    result["context"] = benchlib.context()
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("argv", "reward_curve_every_10")}, indent=1))

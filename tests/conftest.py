@@ -70,3 +70,63 @@ def data_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("arith")
     write_task(d)
     return d
+
+
+# ------------------------------------------------------------------------------------------
+# pytest-xdist (`make test` runs `-n 2 --dist loadgroup`): tests that share something machine-wide
+# run on one worker, one after another. Everything else is parallel-safe: each worker is its own
+# process (cwd, environment, in-process fakes), scratch dirs come from tmp_path, servers bind
+# ephemeral ports, Ray heads get their own ports and temp dirs.
+# ------------------------------------------------------------------------------------------
+XDIST_FILE_GROUPS = {
+    "test_slurm.py": "slurm",  # the one SLURM cluster: a test takes it down and up again
+    "test_ray_job.py": "ray",  # Ray heads: 2 cores do not start two in time
+    "test_lium.py": "lium", "test_fake_lium.py": "lium", "test_commander.py": "lium",  # fake Lium pods
+    "test_soak.py": "soak",  # timing-sensitive fault injection: alone on its worker's core
+}
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group a test must share a worker with, or None (free to run anywhere)."""
+    path = Path(str(item.fspath))
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "cluster_up" in fixtures or "slurm" in item.name.lower() and path.name == "test_hub_runs.py":
+        return "slurm"
+    if "fake_lium" in fixtures:
+        return "lium"
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    if path.name == "test_docs_examples.py" and "doc" in params:
+        if params.get("cmd") in getattr(item.module, "INDEPENDENT", ()):  # type: ignore[attr-defined]
+            return None
+        return f"docs-{params['doc']}"  # a doc's commands build on each other: one worker, in order
+    return XDIST_FILE_GROUPS.get(path.name)
+
+
+def pytest_itemcollected(item):
+    """The group as a marker while collecting, before xdist's pytest_collection_modifyitems reads the
+    markers into the node ids that `--dist loadgroup` schedules by."""
+    group = xdist_group_of(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """What xdist's worker does for `--dist loadgroup`: a grouped test's node id gets `@<group>`, the
+    scope the scheduler sends to one worker. xdist 3.8's own hook sets `item._nodeid`, which pytest 9
+    no longer reads (node ids are `item._id`), so every test ran wherever it was sent; done here,
+    once, for either pytest."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        if hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(item.nodeid + suffix)
+        else:
+            item._nodeid = item.nodeid + suffix

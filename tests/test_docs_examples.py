@@ -91,6 +91,11 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "
     "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "103296 parameters"),
 }
+# Commands that need nothing an earlier command of their doc made, and make nothing a later one reads: under
+# pytest-xdist they run on whichever worker is free (in that worker's copy of the doc's directory), the others
+# of a doc one after another on one worker (tests/conftest.py). The slow ones: a whole CPU smoke run, mypy.
+INDEPENDENT = {"make run", "make lint", "python run.py experiment=cpu-agentic env.num_rollout=5",
+               "python -m trainstack.tools.sync_slime presets --check", "python -m trainstack.tools.golden"}
 TINY_TRAIN_PREFIX = "python -m trainstack.tiny.train --num-layers 2"
 EXPECT_PREFIX: dict[str, tuple[int, Check]] = {TINY_TRAIN_PREFIX: (0, "rollout 800/800")}
 

@@ -135,7 +135,8 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
                                         "was the run deleted? pass --runs-root if the runs live elsewhere")
                             for r in missing])
     grouped = [runs_root / rid for rid in run_ids(runs_root)] if group else []
-    check.require_readable([r.run_dir for r in refs] + grouped)
+    # metrics.jsonl is checked where it is read (attach_metrics): with TensorBoard files it is not
+    check.require_readable([r.run_dir for r in refs] + grouped, skip=(layout.METRICS,))
     records = [load_record(r.run_dir) for r in refs]
     if group:
         for run_dir in grouped:
@@ -352,8 +353,12 @@ def plot(records: list[RunRecord], metrics: list[str], out: str) -> dict[str, Pa
 def attach_metrics(records: list[RunRecord], source: str, project: str | None = None, entity: str | None = None,
                    group: str | None = None, base_url: str | None = None) -> list[RunRecord]:
     if source != "wandb":
+        from trainstack.rundir import check
+
         for r in records:
             r.metrics = read_local(r.run_dir, source) if r.run_dir else RunMetrics(source="none")
+        used_jsonl = [r.run_dir for r in records if r.run_dir and r.metrics.source in ("jsonl", "none")]
+        check.require_readable(used_jsonl, skip=tuple(n for n in check.SHAPE_BY_NAME if n != layout.METRICS))
         return records
     if not project:
         raise ConfigErrors([ConfigError("--project", "--source wandb needs the W&B project",

@@ -72,6 +72,17 @@ def _experiment_tree(path: str) -> dict:
         return {}
 
 
+@lru_cache(maxsize=64)
+def _override_keys(overrides: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for o in overrides:
+        if "=" not in o:
+            continue
+        key, _ = o.split("=", 1)
+        out[key.lstrip("+~")] = redact_override(o.lstrip("+"))
+    return out
+
+
 @dataclass
 class Origin:
     """What Hydra knows about how the config was made."""
@@ -95,14 +106,9 @@ class Origin:
                    cwd=cwd or hydra_node.runtime.cwd or os.getcwd())
 
     def override_keys(self) -> dict[str, str]:
-        """dotted key -> the override text, as the user would recognise it."""
-        out = {}
-        for o in self.overrides:
-            if "=" not in o:
-                continue
-            key, _ = o.split("=", 1)
-            out[key.lstrip("+~")] = redact_override(o.lstrip("+"))
-        return out
+        """dotted key -> the override text, as the user would recognise it (made once per list of
+        overrides: source_of asks for every dest of a run)."""
+        return dict(_override_keys(tuple(self.overrides)))
 
     def group_file(self, group: str) -> str:
         opt = self.choices.get(group)
@@ -121,7 +127,7 @@ class Origin:
 
     def source_of(self, dotted: str) -> str:
         """Where the value at ``dotted`` came from: command line > experiment > group file > primary."""
-        ov = self.override_keys()
+        ov = _override_keys(tuple(self.overrides))
         if dotted in ov:
             return f"command line `{ov[dotted]}`"
         if self.experiment_sets(dotted):
@@ -434,17 +440,43 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
 
 def plain_tree(cfg: Any) -> dict[str, Any]:
     """The composed config as plain containers; a broken ${...} names its key, never a traceback."""
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    if isinstance(cfg, dict):  # already plain (a stored tree, or a caller that converted once)
+        return {k: v for k, v in cfg.items() if k != "hydra"}
     try:
-        tree: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+        tree: dict[str, Any] = _to_plain_without_hydra(cfg)
     except OmegaConfBaseException as ex:
         key = getattr(ex, "full_key", "") or "config"
         raise ConfigErrors([ConfigError(str(key), f"cannot resolve: {str(getattr(ex, 'msg', ex)).splitlines()[0]}",
                                         "fix the interpolation or set the value it points to")]) from None
-    tree.pop("hydra", None)
     return tree
+
+
+def _to_plain_without_hydra(cfg: Any) -> dict[str, Any]:
+    """`OmegaConf.to_container(cfg, resolve=True)` minus the `hydra` node, which is never converted:
+    in a sweep every point's config still holds it, and resolving it cost as much as the rest."""
+    from omegaconf import Container, DictConfig, OmegaConf
+    from omegaconf.basecontainer import BaseContainer
+    from omegaconf.errors import InterpolationResolutionError
+    from omegaconf.omegaconf import SCMode
+
+    if not isinstance(cfg, DictConfig) or cfg._is_none() or cfg._is_missing() or cfg._is_interpolation() \
+            or "hydra" not in cfg:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    out: dict[str, Any] = {}
+    for key in cfg.keys():  # as BaseContainer._to_content converts each key of a DictConfig
+        if key == "hydra":
+            continue
+        node: Any = cfg._get_child(key, throw_on_missing_value=False)
+        try:
+            node = node._dereference_node()
+        except InterpolationResolutionError as ex:
+            cfg._format_and_raise(key=key, value=None, cause=ex)
+        out[str(key)] = (BaseContainer._to_content(node, resolve=True, throw_on_missing=False, enum_to_str=False,
+                                                   structured_config_mode=SCMode.DICT)
+                         if isinstance(node, Container) else node._value())
+    return out
 
 
 def typed_sections(tree: dict[str, Any], origin: Origin

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import os
 import socket
@@ -255,13 +256,24 @@ def _git(cwd: Path, *argv: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def make_provenance(slime_commit: str, cwd: str) -> Provenance:
-    """The checkout trainstack runs from (a pip-installed trainstack has no git: None)."""
+@functools.lru_cache(maxsize=1)
+def checkout_state() -> tuple[str | None, bool | None]:
+    """(git SHA, dirty) of the checkout trainstack runs from; (None, None) when pip-installed.
+
+    Asked once per process: three `git` subprocesses cost ~20 ms, which a 256-point sweep paid
+    per point. The code a process runs cannot change under it, so the first answer holds; a
+    dirty flag taken at the start of a sweep is the state its points were made from."""
     package = Path(__file__).resolve().parent
     top = _git(package, "rev-parse", "--show-toplevel")
     in_checkout = top is not None and Path(top).resolve() == package.parent
     sha = _git(package, "rev-parse", "HEAD") if in_checkout else None
     dirty = None if sha is None else bool(_git(package, "status", "--porcelain", "--untracked-files=no"))
+    return sha, dirty
+
+
+def make_provenance(slime_commit: str, cwd: str) -> Provenance:
+    """The checkout trainstack runs from (a pip-installed trainstack has no git: None)."""
+    sha, dirty = checkout_state()
     return Provenance(trainstack_version=_version(), git_sha=sha, git_dirty=dirty, slime_commit=slime_commit,
                       host=socket.gethostname(),
                       created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), cwd=cwd)

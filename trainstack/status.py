@@ -69,7 +69,10 @@ def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
     from trainstack.rundir import check
 
     refs = expand(targets, runs_root)
-    check.require_readable([r.run_dir for r in refs])
+    check.require_readable([r.run_dir for r in refs], skip=(layout.METRICS,))
+    from trainstack.rundir.progress import require_readable_tails
+
+    require_readable_tails([r.run_dir for r in refs])  # status reads only the end of metrics.jsonl
     return [_run_row(ref) for ref in refs]
 
 

@@ -139,7 +139,7 @@ class RunDir:
             import yaml
 
             try:
-                return yaml.safe_load(path.read_text(encoding="utf-8"))
+                return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
             except (OSError, ValueError, yaml.YAMLError):
                 return default
         return read_json(path, default)

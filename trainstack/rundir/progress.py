@@ -8,6 +8,7 @@ write of a step winning; else the checkpoint), and the target of the spec that l
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ class Progress:
     rollouts: int | None = None  # rollouts trained: distinct rollout steps logged, else last_checkpoint + 1
     target: int | None = None  # num_rollout of the spec that last ran
     reward: float | None = None  # rollout/raw_reward at the last rollout step
-    rewards: list[float] = field(default_factory=list)  # rollout/raw_reward per rollout step, deduplicated
+    rewards: list[float] = field(default_factory=list)  # rollout/raw_reward per rollout step, deduplicated (of the
+    # series given; without one, of the last steps in metrics.jsonl)
 
     @property
     def done(self) -> bool:
@@ -89,7 +91,8 @@ def target_of(run_dir: Path) -> int | None:
 
 
 def progress(run_dir: str | Path, series: dict[str, list[tuple[float, float]]] | None = None) -> Progress:
-    """A run's progress; `series`: metrics already read (compare's source), else metrics.jsonl."""
+    """A run's progress; `series`: metrics already read (compare's source), else the end of metrics.jsonl
+    (the writer appends steps in order, so the latest rollout and its reward are there)."""
     from trainstack.checkpoints import inspect
     from trainstack.metrics import step_key_for
 
@@ -99,8 +102,10 @@ def progress(run_dir: str | Path, series: dict[str, list[tuple[float, float]]] |
     if isinstance(spec, dict) and isinstance(spec.get("args"), dict) and isinstance(spec["args"].get("save"), str):
         save = spec["args"]["save"]
     state = inspect(save or str(rd.checkpoints))
-    if series is None:
-        series = rd.metric_series()
+    if series is None:  # only the latest steps are needed: the end of metrics.jsonl (metrics/jsonl.py)
+        from trainstack.metrics.jsonl import tail_series
+
+        series = tail_series(rd.path, REWARD)
     steps = {s for name, pts in series.items() if step_key_for(name) == "rollout/step" and not name.startswith("eval/")
              for s, _ in pts}
     rollouts = int(max(steps)) + 1 if steps else None
@@ -109,3 +114,24 @@ def progress(run_dir: str | Path, series: dict[str, list[tuple[float, float]]] |
     rewards = [v for _, v in series.get(REWARD, [])]
     return Progress(last_checkpoint=state.latest_complete, rollouts=rollouts, target=target_of(rd.path),
                     reward=rewards[-1] if rewards else None, rewards=rewards)
+
+
+def require_readable_tails(run_dirs: list[Path] | list[str]) -> None:
+    """What `progress` reads of metrics.jsonl (its end) checked as the run-dir check would check the
+    whole file: a complete line that is not a metrics record is one message naming the file."""
+    from trainstack.errors import ConfigError, ConfigErrors
+    from trainstack.metrics.jsonl import TAIL_BYTES, tail
+    from trainstack.rundir import check
+
+    errors = []
+    for d in run_dirs:
+        path = Path(d) / layout.METRICS
+        lines, _ = tail(path, TAIL_BYTES)
+        why = check._jsonl_problem("\n".join(lines[:-1]) + "\n", check.SHAPE_BY_NAME[layout.METRICS]) \
+            if len(lines) > 1 else ""
+        if why:
+            why = re.sub(r"^line (\d+)", rf"line \1 of its last {len(lines) - 1}", why)
+            errors.append(ConfigError(str(path), f"{layout.METRICS} is corrupt: {why}",
+                                      check.METRICS_FIX.format(path=path)))
+    if errors:
+        raise ConfigErrors(errors)

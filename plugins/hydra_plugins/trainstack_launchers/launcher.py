@@ -15,7 +15,6 @@ points' names, so scanning plugins imports no launcher.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -87,12 +86,10 @@ class TrainstackLauncher(Launcher):
         sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
         HydraConfig.instance().set_config(sweep_config)
         origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
-        task_cfg = copy.deepcopy(sweep_config)
-        with read_write(task_cfg), open_dict(task_cfg):
-            del task_cfg["hydra"]
-            task_cfg.cluster.launcher = self.name  # this plugin submits every point, whatever its preset says
-        run, cmd = build(task_cfg, origin)
-        return run, cmd, task_cfg
+        with read_write(sweep_config), open_dict(sweep_config):  # the point's own copy (sweep_cache): no deep copy
+            sweep_config.cluster.launcher = self.name  # this plugin submits every point, whatever its preset says
+        run, cmd = build(sweep_config, origin)  # resolve leaves the hydra node out
+        return run, cmd, sweep_config
 
     def point_spec(self, launcher: Any, overrides: Sequence[str], given: dict[str, Any]):
         from trainstack.errors import ConfigErrors
