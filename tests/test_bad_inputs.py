@@ -309,4 +309,4 @@ def test_int_looking_run_id_in_a_config_file_is_a_name(tmp_path):
     (tmp_path / "conf" / "experiment" / "num.yaml").write_text("# @package _global_\nrun_id: 4711\nname: 2024\n")
     res = run_py("--config-dir", str(tmp_path / "conf"), "experiment=num", "dry_run=true", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "(run dir " + str(tmp_path / "runs" / "4711") + ")" in res.stdout
+    assert "run dir " + str(tmp_path / "runs" / "4711") in res.stdout

@@ -55,6 +55,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainstack/http_env/cli.py", "--env"): "`trainstack-http-env serve`'s own option (an env settings key), "
                                              "not a slime flag",
     ("trainstack/compare.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
+    ("trainstack/inputs/prepare.py", "meta"): "a dest namespace's `meta:` block (the model's source, not a flag)",
     ("trainstack/overrides.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
 }
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-HELP_FLAGS = ("--help", "-h")
+HELP_OPTIONS = ("--help", "-h")
 
 
 def config_groups(conf_dir: Path) -> dict[str, list[str]]:
@@ -49,7 +49,7 @@ def render(conf_dir: Path) -> str:
 
 def print_if_asked(argv: list[str], conf_dir: Path) -> bool:
     """Print the page and return True when argv is just `--help` (or `-h`); else leave it to Hydra."""
-    if len(argv) != 1 or argv[0] not in HELP_FLAGS:
+    if len(argv) != 1 or argv[0] not in HELP_OPTIONS:
         return False
     import yaml
 

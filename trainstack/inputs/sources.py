@@ -101,6 +101,8 @@ def read(config: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[Sources, l
         if not isinstance(repo, str) or repo.count("/") != 1:
             errors.append(ConfigError("model.meta.hf_repo", "is not a Hugging Face repo id (owner/name)",
                                       "e.g. model.meta.hf_repo=Qwen/Qwen3-4B, or null to use local paths", value=repo))
+        elif hf_dir is None:  # no HF checkpoint in this run (slime accepts that): nothing to download for it
+            pass
         elif not isinstance(hf_dir, str):
             errors.append(ConfigError("model.hf_checkpoint", f"model.meta.hf_repo={repo} needs a directory to "
                                       "download it to", "set model.hf_checkpoint=${paths.models_root}/<Name>",
