@@ -7,11 +7,10 @@ import ast
 import functools
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainstack.errors import ConfigError
-    from trainstack.validate import Ctx
 
 # trainstack's own plugin packages that moved: old dotted prefix -> new one. The old name would only
 # fail in slime's workers (an ImportError deep in a rollout); the dry run names the new one instead.
@@ -30,7 +29,7 @@ def _prefix(dotted: str) -> str:
     return next(old for old in RENAMED if dotted == old or dotted.startswith(old + "."))
 
 
-def renamed_plugin_paths(ctx: Ctx) -> list[ConfigError]:
+def renamed_plugin_paths(ctx: Any) -> list[ConfigError]:  # ctx: validate.Ctx (validate imports this module)
     """Rule (validate.RULES): an argument naming a renamed plugin package gets the new name, on every
     launcher (the host checks that look plugins up are deferred on remote ones)."""
     out = []
