@@ -41,7 +41,7 @@ def _needs(script: str) -> str | None:
     if script == "slurm_submit.py" and shutil.which("sbatch") is None:
         return "no sbatch (scripts/slurm-local.sh up)"
     if script == "lium_recovery.py":
-        from trainstack.fakes.lium_pods import missing_requirements
+        from trainstack_dev.fakes.lium_pods import missing_requirements
 
         return missing_requirements()
     return None

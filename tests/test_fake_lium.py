@@ -17,7 +17,9 @@ from lium_fixtures import skip_without_pods
 
 
 def cheap_node(lium):
-    return min(lium.ls(gpu_type="RTX4090"), key=lambda e: e.price_per_hour)
+    """The cheapest RTX4090 node with a free GPU (a rented GPU is not rentable: the fake tracks them)."""
+    free = [e for e in lium.ls(gpu_type="RTX4090") if e.available_gpu_count is None or e.available_gpu_count > 0]
+    return min(free, key=lambda e: e.price_per_hour)
 
 
 def rent(lium, name: str, **kw):

@@ -60,8 +60,8 @@ def test_the_hub_push_raises_the_one_fenced() -> None:
     assert push.Fenced is fence.Fenced and sync.Fenced is fence.Fenced
 
 
-# trainstack/fakes is moved by another branch; its setpriv prefix (lium_pods.pod_argv) should call
-# procgroup.with_parent_death once it lands. Nothing else may spell it.
+# The fakes live outside the package (devtools/trainstack_dev, not scanned here); nothing in the package
+# but procgroup may spell the parent-death option.
 FAKES = "trainstack/fakes/"
 
 
