@@ -28,7 +28,7 @@ def lookup_benchmark(n: int = 1000) -> dict:
         for i in range(n):
             d = save / f"iter_{i:07d}"
             d.mkdir()
-            (d / "meta.json").write_text("{}")
+            (d / "meta.json").write_text('{"files": ["meta.json", "model.pt"]}')  # what the save wrote
             (d / "model.pt").write_bytes(b"x")
         (save / "latest_checkpointed_iteration.txt").write_text(str(n - 1))
         times = []
