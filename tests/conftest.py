@@ -12,6 +12,10 @@ import pytest
 pytest_plugins = ["lium_fixtures"]  # fake_lium
 
 ROOT = Path(__file__).resolve().parents[1]
+# pytest-xdist's workers carry a terminal width (COLUMNS) that the parent's terminal had; trainstack folds
+# its output to COLUMNS, so a test sees folded lines only where it asks for them (env={"COLUMNS": ...}).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 DATA = Path(__file__).resolve().parent / "data"
 # trainstack_dev (the fakes of Hub and Lium, the parse oracle's judge) is developer support, not in the
 # wheel: tests import it from the checkout's devtools/ (a subprocess that needs it: DEVTOOLS on PYTHONPATH).
