@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from test_lease import _try_acquire  # the same race as on a filesystem with hard links
 from trainstack.lease import Lease, LeaseHeld
 
 
@@ -21,17 +22,6 @@ def no_links(request, monkeypatch):
 
     monkeypatch.setattr(os, "link", refuse)
     return calls
-
-
-def _try_acquire(path, barrier, results):
-    barrier.wait()
-    try:
-        lease = Lease.acquire(path, ttl_s=30)
-        results.put(("won", os.getpid()))
-        time.sleep(1.0)
-        lease.release()
-    except LeaseHeld as held:
-        results.put(("held", held.holder.pid))
 
 
 def test_acquire_hold_release_and_reacquire_without_hard_links(tmp_path, no_links):
