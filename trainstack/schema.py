@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib.util
 import math
 import re
@@ -307,9 +308,15 @@ def to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str
     return _fields_to_typed(cls, node, prefix, source_of)
 
 
+@functools.lru_cache(maxsize=None)
+def _hints_and_fields(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """A dataclass's resolved type hints and fields (``get_type_hints`` re-evaluates every
+    annotation string on each call: 11 classes x 256 sweep points)."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+
+
 def _fields_to_typed(cls: type, node: dict, prefix: str, source_of: typing.Callable[[str], str]):
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints, fields = _hints_and_fields(cls)
     choices = getattr(cls, "CHOICES", {})
     errors: list[ConfigError] = []
     kwargs = {}

@@ -73,9 +73,27 @@ def public_env(env: dict[str, str]) -> dict[str, str]:
 _URL_CREDENTIALS = re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*://)[^/\s:@'\"]+:[^/\s@'\"]*@")
 
 
+_ENV_SECRETS: tuple[dict, dict[str, str]] | None = None  # (os.environ's raw data when computed, result)
+
+
 def secret_env_values(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """value -> name of every secret-named environment variable long enough to look for."""
-    env = os.environ if env is None else env
+    """value -> name of every secret-named environment variable long enough to look for.
+
+    For ``os.environ`` the answer is kept until the environment changes (compared on its raw byte
+    data, a C-level dict comparison): a sweep asks once per config value, thousands of times."""
+    global _ENV_SECRETS
+    if env is None:
+        raw = getattr(os.environ, "_data", None)
+        if isinstance(raw, dict) and _ENV_SECRETS is not None and _ENV_SECRETS[0] == raw:
+            return _ENV_SECRETS[1]
+        found = _secret_values(os.environ)
+        if isinstance(raw, dict):
+            _ENV_SECRETS = (dict(raw), found)
+        return found
+    return _secret_values(env)
+
+
+def _secret_values(env: Mapping[str, str]) -> dict[str, str]:
     return {v: k for k, v in env.items() if v and len(v) >= MIN_SECRET_LEN and is_secret_name(k)}
 
 

@@ -77,14 +77,12 @@ class TrainstackLauncher(Launcher):
     # --- one point ------------------------------------------------------------------------
     def build_point(self, overrides: Sequence[str]):
         """(run, command, the point's task config), composed once per point, on this launcher."""
-        from hydra.core.hydra_config import HydraConfig
-
         from trainstack.pipeline import build
         from trainstack.resolve import Origin
-        from trainstack.sweep_cache import SweepConfigCache
+        from trainstack.sweep_cache import SweepConfigCache, set_hydra_config
 
         sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
-        HydraConfig.instance().set_config(sweep_config)
+        set_hydra_config(sweep_config)
         origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
         with read_write(sweep_config), open_dict(sweep_config):  # the point's own copy (sweep_cache): no deep copy
             sweep_config.cluster.launcher = self.name  # this plugin submits every point, whatever its preset says

@@ -4,6 +4,7 @@ Behaviour is Hydra's BasicSweeper/BasicLauncher; only how each point's config is
 (see trainstack/sweep_cache.py, equivalence tested in tests/test_sweep_cache.py).
 """
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from omegaconf import OmegaConf, open_dict
 
 from trainstack import sweep_points
 from trainstack.errors import ConfigErrors, report_and_exit
-from trainstack.sweep_cache import SweepConfigCache
+from trainstack.sweep_cache import SweepConfigCache, set_hydra_config
 
 
 @dataclass
@@ -54,7 +55,7 @@ class TrainstackSweeper(BasicSweeper):
         refuse_plugin_launchers(self.config)
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
         for overrides in batch:
-            cache.load(list(overrides))
+            cache.load(list(overrides), keep=True)  # the launcher takes these configs (no second copy)
 
 
 class TrainstackLocalLauncher(BasicLauncher):
@@ -76,17 +77,19 @@ class TrainstackLocalLauncher(BasicLauncher):
         if errors:
             sweep_points.remove_fresh_sweep_dir(str(self.config.hydra.sweep.dir))
             report_and_exit(ConfigErrors(errors))
-        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        if not dry:
+            Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         runs: List[JobReturn] = []
+        if dry:  # every point was checked above; each task prints its line
+            runs = [self._run_dry_point(c) for c in configs]
+            sweep_dir = str(self.config.hydra.sweep.dir)
+            sweep_points.remove_empty_dirs(sweep_dir, [str(Path(sweep_dir) / str(c.hydra.job.num)) for c in configs])
+            return runs
         for sweep_config in configs:
             runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
                                 config=sweep_config, job_dir_key="hydra.sweep.dir",
                                 job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        sweep_dir = str(self.config.hydra.sweep.dir)
-        if dry:
-            sweep_points.remove_empty_dirs(sweep_dir, [str(Path(sweep_dir) / str(c.hydra.job.num)) for c in configs])
-            return runs
         results = [r.return_value for r in runs
                    if r.status == JobStatus.COMPLETED and isinstance(r.return_value, sweep_points.PointResult)]
         if results:
@@ -95,3 +98,23 @@ class TrainstackLocalLauncher(BasicLauncher):
         if failed:
             sys.exit(1)
         return runs
+
+    def _run_dry_point(self, sweep_config) -> JobReturn:
+        """A dry-run point's task without Hydra's ``run_job``: no output dir (a dry run writes nothing),
+        no job logging, no saved .hydra/ files, and none of its three copies of the config (two deep
+        copies and ``set_config``'s masked copy, ~60 ms a point). The task reads the same config and
+        ``HydraConfig.get()``; Hydra's job callbacks are not called for dry-run points."""
+        assert self.task_function is not None
+        set_hydra_config(sweep_config)
+        ret = JobReturn()
+        ret.cfg = sweep_config
+        ret.overrides = list(OmegaConf.to_container(sweep_config.hydra.overrides.task))
+        ret.working_dir = os.getcwd()
+        ret.task_name = str(sweep_config.hydra.job.name)
+        try:
+            ret.return_value = self.task_function(sweep_config)
+            ret.status = JobStatus.COMPLETED
+        except Exception as ex:  # as run_job does: the sweep reports it
+            ret.return_value = ex
+            ret.status = JobStatus.FAILED
+        return ret
