@@ -694,6 +694,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- Git LFS (the batch API on the Hub; the bytes on the storage host) -------------------------
     def _lfs(self, kind: str, repo_id: str, rest: list[str], body: bytes) -> None:
+        if len(rest) == 2 and rest[0] == "complete":  # the client sends no token: the URL's secret is the grant
+            return self._lfs_complete(rest[1], body)
         repo = self._repo_or_error(kind, repo_id)
         if repo is None:
             return
@@ -730,29 +732,6 @@ class _Handler(BaseHTTPRequestHandler):
                             "actions": {"upload": upload, "verify": verify}})
             return self._send(200, {"transfer": "basic", "objects": out, "hash_algo": "sha256"},
                               {"Content-Type": "application/vnd.git-lfs+json"})
-        if len(rest) == 2 and rest[0] == "complete":  # multipart: every part's ETag, in order
-            up = self.hub.uploads.get(rest[1])
-            if up is None or up.chunk is None:
-                return self._error(404, None, "unknown upload")
-            req = json.loads(body or b"{}")
-            n = -(-up.size // up.chunk)
-            parts = {int(p["partNumber"]): str(p["etag"]).strip('"') for p in req.get("parts", [])}
-            if req.get("oid") != up.oid or sorted(parts) != list(range(1, n + 1)) or parts != up.parts:
-                return self._error(400, None, "multipart completion does not match the uploaded parts")
-            tmp = self.hub.store.tmp(rest[1])
-            with open(tmp, "wb") as out_f:
-                for i in range(1, n + 1):
-                    with open(f"{tmp}.{i}", "rb") as part:
-                        shutil.copyfileobj(part, out_f, 1 << 20)
-            for i in range(1, n + 1):
-                os.unlink(f"{tmp}.{i}")
-            why = self.hub.store.admit(tmp, up.oid, up.size)
-            if why:
-                os.unlink(tmp)
-                return self._error(400, None, f"multipart upload: {why}")
-            with self.hub.lock:
-                self.hub.uploads.pop(rest[1], None)
-            return self._send(200, {"oid": up.oid, "size": up.size})
         if rest == ["objects", "verify"]:
             if not self._authorized():
                 return self._error(401, None, "Invalid credentials in Authorization header")
@@ -761,6 +740,31 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, None, "Object not found")
             return self._send(200, {"success": True})
         return self._error(404, None, f"fake Hub: no LFS route {'/'.join(rest)}")
+
+    def _lfs_complete(self, token: str, body: bytes) -> None:
+        """Multipart completion: every part's ETag, in order; the object is assembled and checked."""
+        up = self.hub.uploads.get(token)
+        if up is None or up.chunk is None:
+            return self._error(404, None, "unknown upload")
+        req = json.loads(body or b"{}")
+        n = -(-up.size // up.chunk)
+        parts = {int(p["partNumber"]): str(p["etag"]).strip('"') for p in req.get("parts", [])}
+        if req.get("oid") != up.oid or sorted(parts) != list(range(1, n + 1)) or parts != up.parts:
+            return self._error(400, None, "multipart completion does not match the uploaded parts")
+        tmp = self.hub.store.tmp(token)
+        with open(tmp, "wb") as out_f:
+            for i in range(1, n + 1):
+                with open(f"{tmp}.{i}", "rb") as part:
+                    shutil.copyfileobj(part, out_f, 1 << 20)
+        for i in range(1, n + 1):
+            os.unlink(f"{tmp}.{i}")
+        why = self.hub.store.admit(tmp, up.oid, up.size)
+        if why:
+            os.unlink(tmp)
+            return self._error(400, None, f"multipart upload: {why}")
+        with self.hub.lock:
+            self.hub.uploads.pop(token, None)
+        return self._send(200, {"oid": up.oid, "size": up.size})
 
     def _storage_route(self, method: str, path: str, fault: Fault | None) -> None:
         """The storage host: PUT an object (basic) or a part (multipart); GET/HEAD an object (the CDN)."""
