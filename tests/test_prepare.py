@@ -57,9 +57,9 @@ def overrides(tmp: Path, revision: str = "main", *extra: str) -> list[str]:
 
 
 def downloads(hub, name: str) -> int:
-    """GETs of one file's content (HEADs only read its metadata)."""
-    return sum(1 for r in hub.requests if r["method"] == "GET" and "/resolve/" in r["path"]
-               and r["path"].endswith("/" + name))
+    """GETs of one file's content (HEADs only read its metadata); LFS files from the storage host (`/_cdn/`)."""
+    return sum(1 for r in hub.requests if r["method"] == "GET" and ("/resolve/" in r["path"]
+               or r["path"].startswith("/_cdn/")) and r["path"].endswith("/" + name))
 
 
 def record(run_dir: Path) -> dict:
