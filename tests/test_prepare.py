@@ -130,7 +130,8 @@ def test_two_runs_started_together_prepare_once(hub_inputs, tmp_path):
 
 def test_killed_download_is_resumed_never_used(hub_inputs, tmp_path):
     hub, sha, _ = hub_inputs
-    hub.inject("delay", match=f"GET /{MODEL}/resolve/{sha}/pytorch_model.bin", delay_s=30, count=1)
+    # the weights are an LFS file: their bytes come from the fake's storage host (`/_cdn/<sha256>/<name>`)
+    hub.inject("delay", match="GET /_cdn/", delay_s=30, count=1)
     p = subprocess.Popen(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
