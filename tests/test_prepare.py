@@ -293,7 +293,7 @@ def test_a_resume_keeps_the_commits_its_first_launch_resolved(hub_inputs, tmp_pa
 
 def test_a_failed_download_is_one_clear_error_and_resumes(hub_inputs, tmp_path):
     hub, sha, _ = hub_inputs
-    hub.inject("status", match=f"GET /{MODEL}/resolve/{sha}/pytorch_model.bin", status=403, count=None)
+    hub.inject("status", match="GET /_cdn/", status=403, count=None)  # the weights: an LFS file, from storage
     r = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "error: model.meta.hf_repo: downloading " + f"{MODEL}@{sha} failed" in r.stderr and "Traceback" not in r.stderr
