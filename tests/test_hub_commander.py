@@ -53,3 +53,19 @@ def test_the_refusal_reaches_the_user_as_one_message(monkeypatch):
     assert why is not None and "\n" not in why and "hub.repo_id=null" in why
     assert register_check({"run_id": "r", "hub": {"repo_id": None}}) is None
     assert register_check({"run_id": "r"}) is None  # specs from before Hub sync have no hub block
+
+
+def test_a_push_refused_for_its_credentials_says_what_to_do(fake_hub, tmp_path, monkeypatch):
+    """Where the run executes without a token (a local run, a pod of an older commander), the failed push
+    names the fix instead of only repeating a 401."""
+    from hubtools import write_checkpoint
+    from trainstack.hub.client import HubClient, credentials_hint
+    from trainstack.hub.push import PushJob, push_checkpoint
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    write_checkpoint(tmp_path / "ck", 1)
+    with pytest.raises(Exception) as ex:
+        push_checkpoint(HubClient("team/ckpts"), PushJob("r", 1, str(tmp_path / "ck"), 1, {}), lambda: True)
+    hint = credentials_hint(ex.value, "team/ckpts")
+    assert hint is not None and "HF_TOKEN" in hint and "team/ckpts" in hint
+    assert credentials_hint(RuntimeError("connection reset"), "team/ckpts") is None

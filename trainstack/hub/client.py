@@ -64,6 +64,17 @@ def describe_error(ex: BaseException) -> str:
     return text[:400]
 
 
+def credentials_hint(ex: BaseException, repo_id: str) -> str | None:
+    """What to do when the Hub refused the credentials (401/403): retrying cannot fix that, and the run
+    would otherwise only show a list of failed pushes."""
+    response = getattr(ex, "response", None)
+    if getattr(response, "status_code", None) not in (401, 403):
+        return None
+    return (f"the Hub refused this process's credentials for {repo_id}: export HF_TOKEN (or `hf auth login`) "
+            "with write access where the run executes (on Lium: where the commander runs) and relaunch the run; "
+            "it pushes what the Hub is missing")
+
+
 class HubClient:
     """One repo on one Hub endpoint."""
 
