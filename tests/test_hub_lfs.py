@@ -177,3 +177,40 @@ def test_a_client_with_xet_on_is_told_what_to_set(fake_hub):
     with pytest.raises(urllib.error.HTTPError) as ex:
         urllib.request.urlopen(req, timeout=10)
     assert ex.value.code == 404 and "HF_HUB_DISABLE_XET=1" in ex.value.headers["X-Error-Message"]
+
+
+def test_faults_on_the_large_file_path_are_survived(fake_hub, tmp_path):
+    """A part upload cut in the middle of its body, 503s on the basic PUT, a dropped batch request and a
+    lost completion answer: the push (retried as the sync worker does) ends with the pointer naming the
+    checkpoint, and after every commit the pointer names exactly the bytes that were written."""
+    import time
+
+    from hubtools import pointer_checker
+    from trainstack.hub.client import HubClient
+    from trainstack.hub.push import PushJob, push_checkpoint
+
+    fake_hub.multipart_chunk = 4 * MIB
+    violations: list[str] = []
+    truth: dict[int, dict[str, bytes]] = {}
+    fake_hub.commit_hooks.append(pointer_checker("f", truth, violations))
+    plans = [("drop_mid_body", "PUT /_lfs/part/", {}), ("status", "PUT /_lfs/put/", {"status": 503, "count": 2}),
+             ("drop", "/info/lfs/objects/batch", {}), ("lose_response", "/info/lfs/complete/", {})]
+    save = tmp_path / "ck"
+    for n, (kind, match, kw) in enumerate(plans):
+        written = write_checkpoint(save, n)
+        written[f"iter_{n:07d}/model.pt"] = sparse(save / f"iter_{n:07d}/model.pt", 11 * MIB, os.urandom(256))
+        written[f"iter_{n:07d}/optimizer.pt"] = sparse(save / f"iter_{n:07d}/optimizer.pt", 2 * MIB, os.urandom(256))
+        truth[n] = written
+        fault = fake_hub.inject(kind, match, **kw)
+        for _ in range(6):
+            try:
+                res = push_checkpoint(HubClient(REPO), PushJob("f", n, str(save), 1, {}), lambda: True)
+                break
+            except Exception:  # noqa: BLE001 - the sync worker retries the whole push
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"{kind}: never pushed")
+        assert fault.fired >= 1, kind
+        assert res.commit and json.loads(fake_hub.files(REPO)["f/latest.json"])["iteration"] == n
+        assert fake_hub.files(REPO, res.files_commit)[f"f/iter_{n:07d}/model.pt"] == written[f"iter_{n:07d}/model.pt"]
+    assert violations == []

@@ -418,7 +418,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _body_chunks(self, fault: Fault | None) -> Iterator[bytes]:
         """The request body in blocks of at most 1 MiB (Content-Length or chunked), never whole."""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            blocks = 0
             while True:
+                if fault is not None and fault.kind == "drop_mid_body" and blocks:
+                    raise _Drop()
                 size = int(self.rfile.readline().strip().split(b";")[0] or b"0", 16)
                 if size == 0:
                     while self.rfile.readline().strip():  # trailers, then the blank line
@@ -429,6 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
                     if not block:
                         raise _Drop()
                     size -= len(block)
+                    blocks += 1
                     yield block
                 self.rfile.readline()
         length = int(self.headers.get("Content-Length") or 0)
