@@ -115,7 +115,11 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=2 if quick else 4, help="weight shards per checkpoint")
     ns = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hub-push-bench-"))
-    hub_proc, url = start_hub(tmp)
+    try:
+        hub_proc, url = start_hub(tmp)
+    except RuntimeError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": url, "HF_HOME": str(tmp / "hf-home"),
            "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": "hf_bench_token_not_checked"}
     env.pop("HF_HUB_DISABLE_XET", None)  # trainstack's client turns Xet off itself
