@@ -7,7 +7,9 @@
 #
 #   eval "$(scripts/hub-local.sh up)"      # the running shell talks to it from now on
 #
-# State is in memory (gone after `down`); every request is logged to $TRAINSTACK_HUB_DIR/requests.jsonl.
+# State is in memory, LFS objects in $TRAINSTACK_HUB_DIR/lfs (both gone after `down`); every request is logged
+# to $TRAINSTACK_HUB_DIR/requests.jsonl. It has no Xet storage: trainstack's own client takes the LFS path by
+# itself; for `hf upload` and other clients against it, export HF_HUB_DISABLE_XET=1 (docs/hub.md).
 # Settings: TRAINSTACK_HUB_DIR (default ./.hub-local), HUB_PORT (default: any free port), PYTHON (the
 # interpreter with trainstack installed; default the checkout's .venv, else python3), HUB_REQUIRE_TOKEN=1
 # (refuse writes without `Authorization: Bearer $HF_TOKEN`, like the real Hub).
@@ -39,7 +41,9 @@ up() {
     return 0
   fi
   rm -f "$DIR/url" "$DIR/hub.pid"
-  local args=(-m trainstack_dev.fakes.hub --port "${HUB_PORT:-0}" --log "$DIR/requests.jsonl" --ready-file "$DIR/url")
+  rm -rf "$DIR/lfs"
+  local args=(-m trainstack_dev.fakes.hub --port "${HUB_PORT:-0}" --log "$DIR/requests.jsonl" --ready-file "$DIR/url"
+              --blob-dir "$DIR/lfs")
   [[ ${HUB_REQUIRE_TOKEN:-0} == 1 ]] && args+=(--require-token-from-env HF_TOKEN)
   PYTHONPATH="$ROOT:$ROOT/devtools${PYTHONPATH:+:$PYTHONPATH}" setsid "$PY" "${args[@]}" >"$DIR/hub.log" 2>&1 </dev/null &
   echo $! >"$DIR/hub.pid"
@@ -65,6 +69,7 @@ down() {
   for _ in $(seq 50); do alive || break; sleep 0.1; done
   alive && kill -KILL "$pid"
   rm -f "$DIR/hub.pid" "$DIR/url"
+  rm -rf "$DIR/lfs"
   say "stopped (pid $pid)"
 }
 

@@ -51,9 +51,11 @@ def files_under(path: Path) -> list[str]:
 def fake_hub(tmp_path, monkeypatch):
     """A local Hugging Face Hub (trainstack_dev.fakes.hub) that the real huggingface_hub client talks to:
     HF_ENDPOINT points at it, HF_HOME is private to the test, HF_TOKEN is a per-test secret the fake
-    requires for writes and private repos. Subprocesses started by the test inherit all three."""
+    requires for writes and private repos. Subprocesses started by the test inherit all three. The fake
+    has no Xet storage: the client takes the LFS path (HF_HUB_DISABLE_XET, docs/hub.md)."""
     import secrets as _secrets
 
+    from huggingface_hub import constants as hf_constants
     from trainstack_dev.fakes.hub import FakeHub
 
     token = "hf_" + _secrets.token_hex(16)
@@ -62,6 +64,8 @@ def fake_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", token)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)  # read once, at import
     yield hub
     hub.stop()
 

@@ -29,6 +29,7 @@ SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "agentic_learning.py": ("agentic_learning.json", ("reward_first", "reward_last", "wall_s",
                                                       "env_server_started", "env_server_stopped")),
     "hub_sync.py": ("hub_sync.json", ("config", "outage")),
+    "hub_push.py": ("hub_push.json", ("runs", "push_peak_rss_spread_mib", "all_identical")),
     "soak.py": ("soak.json", ("faults", "epoch_regressions", "partial_loads", "restarts_from_zero", "bit_identical")),
     "commander_latency.py": ("commander_latency.json", ("runs", "all", "n_errors")),
     "lium_recovery.py": ("lium_recovery.json", ("ttl_s", "trials", "gone", "frozen")),

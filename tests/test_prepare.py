@@ -57,9 +57,9 @@ def overrides(tmp: Path, revision: str = "main", *extra: str) -> list[str]:
 
 
 def downloads(hub, name: str) -> int:
-    """GETs of one file's content (HEADs only read its metadata)."""
-    return sum(1 for r in hub.requests if r["method"] == "GET" and "/resolve/" in r["path"]
-               and r["path"].endswith("/" + name))
+    """GETs of one file's content (HEADs only read its metadata); LFS files from the storage host (`/_cdn/`)."""
+    return sum(1 for r in hub.requests if r["method"] == "GET" and ("/resolve/" in r["path"]
+               or r["path"].startswith("/_cdn/")) and r["path"].endswith("/" + name))
 
 
 def record(run_dir: Path) -> dict:
@@ -130,7 +130,8 @@ def test_two_runs_started_together_prepare_once(hub_inputs, tmp_path):
 
 def test_killed_download_is_resumed_never_used(hub_inputs, tmp_path):
     hub, sha, _ = hub_inputs
-    hub.inject("delay", match=f"GET /{MODEL}/resolve/{sha}/pytorch_model.bin", delay_s=30, count=1)
+    # the weights are an LFS file: their bytes come from the fake's storage host (`/_cdn/<sha256>/<name>`)
+    hub.inject("delay", match="GET /_cdn/", delay_s=30, count=1)
     p = subprocess.Popen(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -292,7 +293,7 @@ def test_a_resume_keeps_the_commits_its_first_launch_resolved(hub_inputs, tmp_pa
 
 def test_a_failed_download_is_one_clear_error_and_resumes(hub_inputs, tmp_path):
     hub, sha, _ = hub_inputs
-    hub.inject("status", match=f"GET /{MODEL}/resolve/{sha}/pytorch_model.bin", status=403, count=None)
+    hub.inject("status", match="GET /_cdn/", status=403, count=None)  # the weights: an LFS file, from storage
     r = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "error: model.meta.hf_repo: downloading " + f"{MODEL}@{sha} failed" in r.stderr and "Traceback" not in r.stderr

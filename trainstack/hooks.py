@@ -189,3 +189,13 @@ PREPARE_INPUTS: HookPoint[PrepareInputsHook] = HookPoint(
     "lifecycle.prepare_inputs", "lease held, before the trainer on the executing host: download, convert, link "
     "the run's inputs")
 POINTS = POINTS + (PREPARED_PATHS, PREPARE_INPUTS)
+
+# ------------------------------------------------------------------------------------------
+# Points added by the hub feature (trainstack/hub: checkpoint sync and restore)
+# ------------------------------------------------------------------------------------------
+RegisterCheckHook = Callable[[Mapping[str, Any]], Optional[str]]  # a run's stored spec -> why it is refused
+
+REGISTER_CHECK: HookPoint[RegisterCheckHook] = HookPoint(
+    "commander.register", "what a commander cannot serve, refused when the run is registered (before any pod "
+    "is rented): a Hub-synced run and no token to hand its pods")
+POINTS = POINTS + (REGISTER_CHECK,)

@@ -110,6 +110,11 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
     # ------------------------------------------------------------------ runs (admin)
     @app.post("/v1/runs", dependencies=[Depends(admin)])
     def register(body: Register) -> dict[str, Any]:
+        from trainstack import hooks
+
+        refused = [why for check in hooks.get(hooks.REGISTER_CHECK) if (why := check(body.spec))]
+        if refused:  # e.g. Hub sync with no token for the pods: every push would fail 401 (trainstack/hub)
+            raise HTTPException(422, "; ".join(refused))
         now = time.time()
         settings = PodRequest.from_dict(body.settings).to_dict()
         with store.tx() as db:

@@ -4,6 +4,12 @@ inside functions, so the CLI stays fast).
 The endpoint is `HF_ENDPOINT` (read when a client is made, so a fake Hub set in the environment after
 import still wins); the token is the client's own: `HF_TOKEN` or the token cache (`hf auth login`).
 trainstack never reads, passes, stores or prints it; error texts are scrubbed before they are shown.
+
+Large files take the Git LFS path (batch API, one streamed PUT or a multipart upload of parts, read
+from the file in place): the client's Xet path is switched off in this process (`HF_HUB_DISABLE_XET`,
+see `disable_xet`), because LFS is the path the project's fake Hub implements and tests, and the
+real Hub accepts LFS uploads to every repo, Xet-backed ones included ("Backward Compatibility with
+LFS", huggingface.co/docs/hub/xet/legacy-git-lfs). docs/hub.md has the details.
 """
 from __future__ import annotations
 
@@ -15,6 +21,19 @@ from typing import Any, Iterable
 
 from trainstack import secrets
 from trainstack.hub import layout
+
+
+def disable_xet() -> bool:
+    """Make huggingface_hub take the LFS path in this process (the launcher's, where sync and restore
+    run). The library reads `HF_HUB_DISABLE_XET` once, at import, into a constant it consults on every
+    transfer: that constant is set, the environment is left alone (the trainer's own downloads keep
+    Xet). A user who exported HF_HUB_DISABLE_XET=0 keeps Xet (untested here). Returns whether Xet is off."""
+    if os.environ.get("HF_HUB_DISABLE_XET", "").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    from huggingface_hub import constants
+
+    constants.HF_HUB_DISABLE_XET = True
+    return True
 
 
 class HubUnavailable(Exception):
@@ -45,6 +64,17 @@ def describe_error(ex: BaseException) -> str:
     return text[:400]
 
 
+def credentials_hint(ex: BaseException, repo_id: str) -> str | None:
+    """What to do when the Hub refused the credentials (401/403): retrying cannot fix that, and the run
+    would otherwise only show a list of failed pushes."""
+    response = getattr(ex, "response", None)
+    if getattr(response, "status_code", None) not in (401, 403):
+        return None
+    return (f"the Hub refused this process's credentials for {repo_id}: export HF_TOKEN (or `hf auth login`) "
+            "with write access where the run executes (on Lium: where the commander runs) and relaunch the run; "
+            "it pushes what the Hub is missing")
+
+
 class HubClient:
     """One repo on one Hub endpoint."""
 
@@ -53,6 +83,7 @@ class HubClient:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()  # the launcher's console is the trainer's; no upload bars in it
+        disable_xet()
         self.repo_id = repo_id
         self.private = private
         self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
@@ -109,8 +140,9 @@ class HubClient:
 
     # --- writing ---------------------------------------------------------------------------
     def upload_folder(self, folder: str | Path, path_in_repo: str, allow: list[str], message: str) -> str:
-        """Files of a local folder, read in place (no copy); large folders become several commits.
-        Returns the last commit's id: its tree holds every file of this upload."""
+        """Files of a local folder, read in place (no copy): small text files inline in the commit, the
+        others as LFS objects streamed from disk (memory does not grow with their size), then one commit.
+        Returns the commit's id: its tree holds every file of this upload."""
         info = self.api.upload_folder(repo_id=self.repo_id, folder_path=str(folder), path_in_repo=path_in_repo,
                                       allow_patterns=allow, commit_message=message)
         return info.oid

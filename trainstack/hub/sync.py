@@ -188,13 +188,16 @@ class SyncWorker:
             self.failures += 1
             delay = min(self.hub.retry_max_s, 2.0 ** (self.failures - 1))
             self.next_try = time.monotonic() + delay
+            from trainstack.hub.client import credentials_hint
+
             self.last_error = describe_error(ex)
+            hint = credentials_hint(ex, str(self.hub.repo_id))
             self.rundir.event("hub_push_failed", iteration=i, attempt=self.failures, error=self.last_error,
-                              retry_in_s=delay, seconds=round(time.monotonic() - t0, 3))
+                              retry_in_s=delay, seconds=round(time.monotonic() - t0, 3), hint=hint)
             self._status(pending=i)
             if self.failures in (1, 5) or self.failures % 20 == 0:
                 _say(f"pushing {iter_name(i)} failed ({self.last_error}); retrying in {delay:.0f} s, training "
-                     "continues")
+                     "continues" + (f". {hint}" if hint else ""))
             return
         self.failures, self.next_try, self.last_error = 0, 0.0, None
         if self.wanted == i:
