@@ -22,8 +22,8 @@ the env preset's ``meta.http_env``), updated by ``sample.metadata["http_env"]``;
 by ``trainstack.http_env.settings``. Statuses: COMPLETED (the env ended the episode), TRUNCATED
 (turn limit, response budget, or the env's own step limit), ABORTED (the inference server aborted
 the request), FAILED (the env or inference server failed past its retries, a timeout, a terminal
-hook error; reward 0, ``remove_sample`` so it does not train). The reward is set here, so slime
-skips the reward model.
+hook error, an episode the env's verdict marks ``invalid``; reward 0, ``remove_sample`` so it does
+not train). The reward is set here, so slime skips the reward model.
 """
 from __future__ import annotations
 
@@ -195,6 +195,10 @@ class Episode:
                 self.validation = reply.get("validation")
                 if self.validation is not None and self.validation.get("error"):
                     raise _Fail(f"terminal hook {self.validation.get('hook')} failed: {self.validation['error']}")
+                if self.validation is not None and self.validation.get("invalid"):
+                    # the env says its own infrastructure failed (LiveWeb's cache_error, a ground-truth
+                    # system error): no evidence about the policy, so not trained on
+                    raise _Fail(f"the env marked the episode invalid: {self.validation['invalid']}")
                 if reply.get("truncated"):
                     self.status, self.reason = "truncated", "the env ended the episode early (its step limit)"
                 return
