@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -48,55 +49,26 @@ INVALID_FAILURES = ("cache_error", "llm_error", "agent_timeout", "site_unreachab
 TASK_REGISTRY = Path("liveweb_arena") / "core" / "task_registry.py"
 
 
-def variation_seed(task_id: int, root: Optional[str] = None) -> int:
-    """The seed ``Actor.evaluate`` gives a task id without a seed: ``parse_task_id(task_id)["variation_seed"]``
-    from liveweb-arena's own task registry (pure Python, loaded from its file)."""
-    module = sys.modules.get("liveweb_arena.core.task_registry")
-    if module is None:
-        path = Path(root) / TASK_REGISTRY if root else None
-        if path is None or not path.is_file():
-            raise TaskError(f"metadata.task_id={task_id} without metadata.seed needs liveweb-arena's {TASK_REGISTRY} "
-                            "(the task id's variation seed); give metadata.seed")
-        spec = importlib.util.spec_from_file_location("trainstack_liveweb_task_registry", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    try:
-        return int(module.parse_task_id(task_id)["variation_seed"])
-    except ValueError as e:
-        raise TaskError(f"metadata.task_id={task_id}: {e}") from None
-
-
-def _get(resp: Any, name: str) -> Any:
-    """A field of an OpenEnvResponse (an object) or of a plain dict."""
-    if isinstance(resp, dict):
-        return resp.get(name)
-    return getattr(resp, name, None)
-
-
-def load_actor_class(root: str) -> type:
-    """``Actor`` from ``<root>/env.py`` of a liveweb-arena checkout, after checking it is one the bridge targets."""
-    r = Path(root)
-    if not (r / "env.py").is_file():
-        raise ConfigErrors([ConfigError("serve.options.root", f"{r / 'env.py'} does not exist",
-                                        f"point root (or ${ROOT_ENV}) at a liveweb-arena checkout", value=root)])
-    if not (r / TEXT_PROTOCOL_MARKER).is_file():
-        raise ConfigErrors([ConfigError(
-            "serve.options.root", f"this liveweb-arena checkout has no {TEXT_PROTOCOL_MARKER}: from 526f951 on, "
-            "Actor.step parses only tool calls, so every text action from reset/step fails to parse",
-            f"check out {TARGET_COMMIT} (git -C {root} checkout {TARGET_COMMIT}); see docs/http_env.md", value=root)])
-    if str(r) not in sys.path:
-        sys.path.insert(0, str(r))  # env.py imports the liveweb_arena package next to it
-    spec = importlib.util.spec_from_file_location("liveweb_arena_env", r / "env.py")
+@lru_cache(maxsize=4)
+def _task_registry(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("trainstack_liveweb_task_registry", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # stdlib only: no browser stack needed
+    return module
+
+
+def variation_seed(task_id: int, root: Optional[str]) -> int:
+    """The seed ``Actor.evaluate`` gives a task id without a seed: ``parse_task_id(task_id)["variation_seed"]``
+    from the checkout's own task registry (``liveweb_arena/core/task_registry.py``, loaded from its file)."""
+    path = Path(root) / TASK_REGISTRY if root else None
+    if path is None or not path.is_file():
+        raise TaskError(f"metadata.task_id={task_id} without metadata.seed needs liveweb-arena's {TASK_REGISTRY} "
+                        "(the task id's variation seed); give metadata.seed")
     try:
-        spec.loader.exec_module(module)
-    except ImportError as e:
-        raise ConfigErrors([ConfigError("serve.options.root", f"{r / 'env.py'} cannot be imported: {e}",
-                                        "install liveweb-arena's requirements (pip install -e <root>, affinetes, "
-                                        "playwright) in this environment", value=root)]) from None
-    return module.Actor
+        return int(_task_registry(str(path)).parse_task_id(task_id)["variation_seed"])
+    except ValueError as e:
+        raise TaskError(f"metadata.task_id={task_id}: {e}") from None
 
 
 class LiveWebEnv:
@@ -117,6 +89,7 @@ class LiveWebEnv:
             raise TaskError("a LiveWeb task needs metadata.task_id and/or metadata.seed (reset would draw a random "
                             "one, and a resumed run could not replay it)")
         if seed is None:  # reset would draw a random seed: the samples of a group would answer different tasks
+            assert task_id is not None
             seed = variation_seed(task_id, self.root)
         resp = await self.actor.reset(task_id=task_id, seed=seed)
         episode_id = _get(resp, "episode_id")
