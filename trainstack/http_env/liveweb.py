@@ -71,6 +71,38 @@ def variation_seed(task_id: int, root: Optional[str]) -> int:
         raise TaskError(f"metadata.task_id={task_id}: {e}") from None
 
 
+def _get(resp: Any, name: str) -> Any:
+    """A field of an OpenEnvResponse (an object) or of a plain dict."""
+    if isinstance(resp, dict):
+        return resp.get(name)
+    return getattr(resp, name, None)
+
+
+def load_actor_class(root: str) -> type:
+    """``Actor`` from ``<root>/env.py`` of a liveweb-arena checkout, after checking it is one the bridge targets."""
+    r = Path(root)
+    if not (r / "env.py").is_file():
+        raise ConfigErrors([ConfigError("serve.options.root", f"{r / 'env.py'} does not exist",
+                                        f"point root (or ${ROOT_ENV}) at a liveweb-arena checkout", value=root)])
+    if not (r / TEXT_PROTOCOL_MARKER).is_file():
+        raise ConfigErrors([ConfigError(
+            "serve.options.root", f"this liveweb-arena checkout has no {TEXT_PROTOCOL_MARKER}: from 526f951 on, "
+            "Actor.step parses only tool calls, so every text action from reset/step fails to parse",
+            f"check out {TARGET_COMMIT} (git -C {root} checkout {TARGET_COMMIT}); see docs/http_env.md", value=root)])
+    if str(r) not in sys.path:
+        sys.path.insert(0, str(r))  # env.py imports the liveweb_arena package next to it
+    spec = importlib.util.spec_from_file_location("liveweb_arena_env", r / "env.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as e:
+        raise ConfigErrors([ConfigError("serve.options.root", f"{r / 'env.py'} cannot be imported: {e}",
+                                        "install liveweb-arena's requirements (pip install -e <root>, affinetes, "
+                                        "playwright) in this environment", value=root)]) from None
+    return module.Actor
+
+
 class LiveWebEnv:
     name = "liveweb"
     default_terminal_hook = "trainstack.http_env.liveweb.validate_stop_answer"
