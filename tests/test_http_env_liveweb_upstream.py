@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT
 from tests.fakes.http_env import env_server, run_generate, slime_args, write_chatml_bpe
 from tests.fakes.http_faults import ScriptedSGLang
+from trainstack.http_env.envs import Started, Stepped
 from trainstack.tiny.sample import Sample
 
 STANDIN = ROOT / "tests" / "fakes" / "liveweb_standin"
@@ -250,3 +251,84 @@ def test_a_ground_truth_system_error_is_not_trained_on(bpe, liveweb_root, valida
     reason = out.metadata["http_env_episode"]["status_reason"]
     assert out.status == Sample.Status.FAILED and out.remove_sample and set(out.loss_mask) == {0}
     assert "ground truth system error" in reason and "HTTP 502" in reason
+
+
+# --- context: step (LiveWeb's self-contained step prompts) -----------------------------------------
+PAGE_CHARS = 4000  # the byte-level test tokenizer: one token per byte (LiveWeb pages: up to 20,000 chars)
+
+
+class LongPagesEnv:
+    """Each observation is a self-contained step prompt, like LiveWeb's: a whole page plus recent actions."""
+
+    name = "long_pages"
+    default_terminal_hook = None
+
+    def __init__(self, steps: int = 30):
+        self.steps = steps
+
+    def page(self, n: int) -> str:
+        head = f"Step {n}/{self.steps}. URL: https://prices.example/page/{n}\n"
+        return head + ("item costs 21 coins. " * PAGE_CHARS)[: PAGE_CHARS - len(head)]
+
+    async def start(self, task):
+        return Started({"turn": 0}, self.page(0))
+
+    async def step(self, handle, action):
+        handle["turn"] += 1
+        done = handle["turn"] == self.steps
+        return Stepped(None if done else self.page(handle["turn"]), reward=0.01, done=done)
+
+    async def close(self, handle):
+        return None
+
+
+@pytest.mark.parametrize("context", ["conversation", "step"])
+def test_step_context_fits_self_contained_pages_so_max_turns_30_is_reachable(context, tmp_path):
+    """slime's rollout (generate_and_rm_group) with the plugin, LiveWeb's budget (16,384 tokens) and
+    max_turns 30: one growing chat fills the budget after 3 pages; with ``context: step`` every turn is
+    its own sample (slime's fan-out shape, one rollout_id), whose prompt is that turn's page alone."""
+    from tests.fakes.http_env_slime import ScriptedGenerate, byte_tokenizer, load_slime, run_group
+    from tests.fakes.http_env_slime import slime_args as slime_ns
+
+    load_slime()
+    from slime.observability.rollout_data_utils import validate_rollout_id_annotated
+    from slime.utils.types import Sample as SlimeSample
+
+    from trainstack_plugins.http_env.rewards import normalize_by_group
+
+    template = (ROOT / "tests" / "data" / "chat_templates" / "Qwen-Qwen3-0.6B.jinja").read_text()
+    d = byte_tokenizer(tmp_path / "tok", template)
+    from trainstack_plugins.http_env.chat import ChatTokenizer
+
+    chat = ChatTokenizer(d)
+    action = chat.encode('{"action": {"type": "scroll"}}<|im_end|>')
+    with env_server(LongPagesEnv()) as (url, _), \
+            ScriptedGenerate(lambda r: (action, [-0.2] * len(action), "scroll", "stop")) as llm:
+        cfg = tmp_path / "http_env.yaml"
+        cfg.write_text(json.dumps({"http_env": {"url": url, "max_turns": 30, "max_tokens_per_turn": 2048,
+                                                "context": context, "timeout_s": 10}}))
+        args = slime_ns(["--hf-checkpoint", str(d), "--custom-generate-function-path",
+                         "trainstack_plugins.http_env.generate.generate", "--rollout-max-response-len", "16384",
+                         "--rollout-max-context-len", "16384", "--n-samples-per-prompt", "2"],
+                        custom_config=cfg, sglang_router_port=llm.port)
+        out = run_group(args, [SlimeSample(prompt="liveweb", index=i, group_index=0) for i in range(2)])
+    if context == "conversation":
+        assert all(s.status == SlimeSample.Status.TRUNCATED for s in out)
+        assert all(s.metadata["http_env_episode"]["turns"] <= 4 for s in out)  # 3-4 pages fill 16,384 tokens
+        return
+    assert [len(turns) for turns in out] == [30, 30]
+    for i, turns in enumerate(out):
+        assert {s.rollout_id for s in turns} == {i} and {s.group_index for s in turns} == {0}
+        for k, s in enumerate(turns):
+            assert len(s.tokens) <= 16384 and s.response_length == len(action)
+            assert s.tokens[-len(action):] == action and s.loss_mask == [1] * len(action)
+            assert s.rollout_log_probs == pytest.approx([-0.2] * len(action))
+            assert chat.decode(s.tokens[:-len(action)]).count("Step ") == 1  # that turn's page only
+            assert f"Step {k}/30" in chat.decode(s.tokens)
+            assert s.status == SlimeSample.Status.COMPLETED and s.reward == pytest.approx(0.3)
+    validate_rollout_id_annotated([out])  # slime's check of the fan-out shape: siblings share a rollout_id
+    for s in out[0]:
+        s.reward = 1.0  # episode 0 did better: all its 30 turns carry its reward
+    flat = [s for turns in out for s in turns]
+    raw, norm = normalize_by_group(args, flat)
+    assert norm[:30] == pytest.approx([0.7071] * 30, abs=1e-3) and norm[30:] == pytest.approx([-0.7071] * 30, abs=1e-3)

@@ -22,6 +22,7 @@ from trainstack.schema import to_typed
 CONFIG_KEY = "http_env"  # the custom-config key (slime: args.http_env) and the meta block's name
 REWARD_MODES = ("sum", "last", "terminal")
 OBSERVATION_ROLES = ("user", "tool")
+CONTEXTS = ("conversation", "step")
 
 
 @dataclass
@@ -42,9 +43,10 @@ class HttpEnvSettings:
     max_backoff_s: float = 8.0
     generate_timeout_s: Optional[float] = 600.0  # one /generate attempt; null: no limit
     episode_timeout_s: Optional[float] = None  # the whole episode; past it the sample fails (null: no limit)
+    context: str = "conversation"  # conversation: one growing chat, one sample | step: each turn's observation alone
     capacity_wait_s: float = 600.0  # how long a start waits for a server at max_sessions (503 + Retry-After)
 
-    CHOICES = {"reward": REWARD_MODES, "observation_role": OBSERVATION_ROLES}
+    CHOICES = {"reward": REWARD_MODES, "observation_role": OBSERVATION_ROLES, "context": CONTEXTS}
 
     def call_bound_s(self) -> float:
         """Longest one env call can take before the sample fails: every attempt times out."""
@@ -55,7 +57,7 @@ class HttpEnvSettings:
 # Settings that change what is trained (part of the run_id hash); the rest say where and how
 # patiently to reach the server.
 TRAINING_KEYS = ("max_turns", "max_tokens_per_turn", "reward", "observation_role", "system_prompt", "tokenizer",
-                 "chat_template_kwargs")
+                 "chat_template_kwargs", "context")
 
 
 def identity(node: Mapping[str, Any]) -> dict:

@@ -110,6 +110,7 @@ class Episode:
         self.turns: list[dict] = []
         self.errors: list[str] = []
         self.stats = CallStats()
+        self.finished: list[tuple[list[int], list[int], list[int], list[float]]] = []  # context: step
         s = settings
         self.env_retry = Retry(s.timeout_s, s.retries, s.backoff_s, s.max_backoff_s, s.capacity_wait_s)
         self.close_retry = Retry(s.timeout_s, min(1, s.retries), s.backoff_s, s.max_backoff_s)
@@ -167,8 +168,18 @@ class Episode:
         messages.append({"role": "user", "content": started["observation"]})
         self.prompt_ids = chat.encode(chat.render(messages, add_generation_prompt=True, **self.template_kwargs))
         budget = int(self.params.get("max_new_tokens") or 0)
+        step_context = s.context == "step"
+        obs: dict = messages[-1]
+        context_len = getattr(self.args, "rollout_max_context_len", None)
         for turn in range(s.max_turns):
+            if step_context and turn:  # a new sample: this turn's observation alone is its prompt
+                self.finished.append((self.prompt_ids, self.resp_ids, self.mask, self.logprobs))
+                self.resp_ids, self.mask, self.logprobs = [], [], []
+                alone = [*([self.system] if self.system else []), {"role": "user", "content": obs["content"]}]
+                self.prompt_ids = chat.encode(chat.render(alone, add_generation_prompt=True, **self.template_kwargs))
             remaining = budget - len(self.resp_ids)
+            if context_len:
+                remaining = min(remaining, int(context_len) - len(self.prompt_ids) - len(self.resp_ids))
             if remaining <= 0:
                 self.status, self.reason = "truncated", "response budget used up"
                 return
@@ -206,6 +217,9 @@ class Episode:
                 self.status, self.reason = "truncated", f"max_turns={s.max_turns} reached"
                 return
             obs = {"role": s.observation_role, "content": reply.get("observation") or ""}
+            if step_context:
+                record["observation_chars"] = len(obs["content"])
+                continue
             obs_ids, written = self._observation_tokens(obs, mt.ids, mt.finish_reason)
             record["observation_tokens"] = len(obs_ids)
             record["closing_written_by_model"] = written
@@ -226,7 +240,28 @@ class Episode:
 
     # --- the sample --------------------------------------------------------------------------
     def _fill(self, session_id: Optional[str], seconds: float) -> Any:
-        smp = self.sample
+        if self.settings.context == "step" and self.finished:
+            return self._fill_turns(session_id, seconds)
+        return self._fill_one(self.sample, session_id, seconds)
+
+    def _fill_turns(self, session_id: Optional[str], seconds: float) -> list:
+        """``context: step``: one sample per model turn (slime's compact/fan-out shape), each its turn's
+        prompt and response, all with the episode's reward and status and the parent's ``rollout_id``
+        (slime counts them as one rollout; ``sample.index`` when unset, as slime's fan-out does)."""
+        import copy
+
+        turns = [*self.finished, (self.prompt_ids, self.resp_ids, self.mask, self.logprobs)]
+        out = []
+        rollout_id = self.sample.rollout_id if self.sample.rollout_id is not None else self.sample.index
+        for k, (prompt, resp, mask, logprobs) in enumerate(turns):
+            self.prompt_ids, self.resp_ids, self.mask, self.logprobs = prompt, resp, mask, logprobs
+            smp = self._fill_one(copy.deepcopy(self.sample), session_id, seconds)
+            smp.rollout_id = rollout_id
+            smp.metadata["http_env_turn"] = k
+            out.append(smp)
+        return out
+
+    def _fill_one(self, smp: Any, session_id: Optional[str], seconds: float) -> Any:
         status_enum = type(smp.status)
         failed = self.status == "failed"
         validation = None if self.validation is None else self.validation.get("reward")
