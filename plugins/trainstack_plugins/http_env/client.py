@@ -111,7 +111,8 @@ async def post_json(http: Any, url: str, payload: dict, retry: Retry, stats: Cal
             now = time.monotonic()
             if capacity_deadline is None:
                 capacity_deadline = now + retry.capacity_wait_s
-            if now + wait <= capacity_deadline:
+            wait = min(wait, capacity_deadline - now)  # the last wait ends at the deadline: one more try then
+            if wait > 0:
                 stats.capacity_waits += 1
                 stats.capacity_wait_s += wait
                 attempt -= 1  # a server asking to come back later is not a failed attempt
