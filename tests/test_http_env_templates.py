@@ -70,6 +70,8 @@ CASES = [
     Case("kimi-k2-thinking", "moonshotai-Kimi-K2-Thinking.jinja", f"<think>{THOUGHT}</think>Click next.<|im_end|>",
          f"<|im_user|>user<|im_middle|>{OBS[1]}<|im_end|><|im_assistant|>assistant<|im_middle|>",
          "<think>Found it.</think>21<|im_end|>", history_prefix="<think></think>"),
+    Case("minimax-m2", "unsloth-MiniMax-M2.jinja", f"{THOUGHT}\n</think>\n\nClick next.[e~[",
+         f"\n]~b]user\n{OBS[1]}[e~[\n]~b]ai\n<think>\n", "Found it.\n</think>\n\n21[e~["),
 ]
 
 
@@ -203,7 +205,8 @@ def test_where_a_template_keeps_history_the_delta_equals_re_rendering(case, tokd
     from trainstack_plugins.http_env.generate import closing_overlap
 
     chat, tok = ChatTokenizer(tokdirs[case.name]), hf(tokdirs[case.name])
-    eot = next(t for t in ("<|im_end|>", "<|eot_id|>", "<｜end▁of▁sentence｜>", "<|user|>") if case.turn1.endswith(t))
+    eot = next(t for t in ("<|im_end|>", "<|eot_id|>", "<｜end▁of▁sentence｜>", "<|user|>", "[e~[")
+               if case.turn1.endswith(t))
     model = chat.encode(case.history_prefix + answer + eot)
     tail = chat.encode(chat.turn_tail({"role": "user", "content": second}, **case.kwargs))
     prompt = chat.encode(chat.render([{"role": "user", "content": first}], True, **case.kwargs))

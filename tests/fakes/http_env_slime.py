@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import pytest
 
-SPECIAL = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜]+｜>|\[gMASK\]|<sop>|</?think>")
+SPECIAL = re.compile(r"<\|[^|<>\s]+\|>|<｜[^｜]+｜>|\[gMASK\]|<sop>|</?think>|\]~!b\[|\]~b\]|\[e~\[")
 
 
 def load_slime() -> None:
