@@ -181,7 +181,8 @@ class Episode:
             if context_len:
                 remaining = min(remaining, int(context_len) - len(self.prompt_ids) - len(self.resp_ids))
             if remaining <= 0:
-                self.status, self.reason = "truncated", "response budget used up"
+                self.status, self.reason = "truncated", ("response budget used up" if remaining == budget - len(
+                    self.resp_ids) else f"the context does not fit rollout_max_context_len={context_len}")
                 return
             cap = min(remaining, s.max_tokens_per_turn or remaining)
             mt = await generate_turn(http, self.generate_url, self.prompt_ids + self.resp_ids,
@@ -251,6 +252,7 @@ class Episode:
         import copy
 
         turns = [*self.finished, (self.prompt_ids, self.resp_ids, self.mask, self.logprobs)]
+        turns = [t for t in turns if t[1]] or turns[:1]  # a turn that generated nothing is no sample
         out = []
         rollout_id = self.sample.rollout_id if self.sample.rollout_id is not None else self.sample.index
         for k, (prompt, resp, mask, logprobs) in enumerate(turns):
