@@ -73,7 +73,8 @@ def test_tokens_mask_and_logprobs_line_up_with_server_output_and_templated_obser
     assert budget == [200, 200 - len(turns[0] + obs1), 200 - len(turns[0] + obs1 + turns[1] + obs2)]
     assert all(r["return_logprob"] is True for r in llm.requests)
     assert out.reward == pytest.approx(0.25 + 0.5 + 0.75)
-    assert out.metadata["http_env_episode"]["template_rewrites"] == 0
+    per_turn = out.metadata["http_env_episode"]["per_turn"]
+    assert [t.get("closing_written_by_model") for t in per_turn] == [1, 0, None]  # <|im_end|> after turn 1 only
 
 
 def test_an_observation_that_does_not_fit_the_budget_truncates_the_episode(bpe_dir):

@@ -12,12 +12,18 @@ every text action fails to parse; the bridge refuses such a checkout (its
 ``liveweb_arena/core/agent_policy.py`` is gone).
 
 Mapping: start -> ``reset(task_id, seed)`` with ``metadata.task_id`` / ``metadata.seed`` of the
-sample; step -> ``step(action, episode_id)`` (its reward is the step shaping reward; None is 0.0);
+sample; a row with only ``task_id`` gets the task id's own variation seed (``parse_task_id(task_id)
+["variation_seed"]``, what ``Actor.evaluate`` uses), never ``reset``'s random one, so every sample of
+a GRPO group, and a resumed run, gets the same task; step -> ``step(action, episode_id)`` (its reward is the step shaping reward; None is 0.0);
 close -> ``stop(episode_id)``. LiveWeb's stop action ends the episode with reward 0.0 and no
 answer validation, so the bridge's terminal hook (``validate_stop_answer``, the server runs it
 before the session is closed) validates the answers the way ``Actor.evaluate`` does: ground truth
 from the pages the episode visited, the LLM validator, and LiveWeb's terminal reward
-(success / partial / truncation). Options (``--option KEY=VALUE``): ``root`` (the checkout with
+(success / partial / truncation). An episode LiveWeb cut at its ``max_steps`` without an answer gets
+the terminal reward of score 0 with the truncation penalty. An episode ended by an infrastructure
+failure (``cache_error`` and the other failures ``Actor.evaluate`` reports as an error, or ground
+truth that failed with a system error) is marked invalid (``validation.invalid``): the generate
+function fails that sample (``remove_sample``), so it is not trained on as the agent's failure. Options (``--option KEY=VALUE``): ``root`` (the checkout with
 ``env.py``; default ``$LIVEWEB_ARENA_ROOT``), ``cache_dir``, ``use_cache``. Secrets (``API_KEY``,
 ``VALIDATOR_API_KEY``) come from the server's environment.
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -37,6 +44,31 @@ TEXT_PROTOCOL_MARKER = Path("liveweb_arena") / "core" / "agent_policy.py"  # rem
 ROOT_ENV = "LIVEWEB_ARENA_ROOT"
 OPTIONS = ("root", "cache_dir", "use_cache")
 LOST_EPISODE = ("episode_not_found", "no_episode_id")
+# Failures Actor.evaluate (350b4ff) reports as an evaluation error: the system's, not the agent's.
+INVALID_FAILURES = ("cache_error", "llm_error", "agent_timeout", "site_unreachable")
+TASK_REGISTRY = Path("liveweb_arena") / "core" / "task_registry.py"
+
+
+@lru_cache(maxsize=4)
+def _task_registry(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("trainstack_liveweb_task_registry", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # stdlib only: no browser stack needed
+    return module
+
+
+def variation_seed(task_id: int, root: Optional[str]) -> int:
+    """The seed ``Actor.evaluate`` gives a task id without a seed: ``parse_task_id(task_id)["variation_seed"]``
+    from the checkout's own task registry (``liveweb_arena/core/task_registry.py``, loaded from its file)."""
+    path = Path(root) / TASK_REGISTRY if root else None
+    if path is None or not path.is_file():
+        raise TaskError(f"metadata.task_id={task_id} without metadata.seed needs liveweb-arena's {TASK_REGISTRY} "
+                        "(the task id's variation seed); give metadata.seed")
+    try:
+        return int(_task_registry(str(path)).parse_task_id(task_id)["variation_seed"])
+    except ValueError as e:
+        raise TaskError(f"metadata.task_id={task_id}: {e}") from None
 
 
 def _get(resp: Any, name: str) -> Any:
@@ -75,8 +107,9 @@ class LiveWebEnv:
     name = "liveweb"
     default_terminal_hook = "trainstack.http_env.liveweb.validate_stop_answer"
 
-    def __init__(self, actor: Any):
+    def __init__(self, actor: Any, root: Optional[str] = None):
         self.actor = actor
+        self.root = root
 
     async def start(self, task: dict) -> Started:
         md = task.get("metadata") or {}
@@ -87,6 +120,9 @@ class LiveWebEnv:
         if task_id is None and seed is None:
             raise TaskError("a LiveWeb task needs metadata.task_id and/or metadata.seed (reset would draw a random "
                             "one, and a resumed run could not replay it)")
+        if seed is None:  # reset would draw a random seed: the samples of a group would answer different tasks
+            assert task_id is not None
+            seed = variation_seed(task_id, self.root)
         resp = await self.actor.reset(task_id=task_id, seed=seed)
         episode_id = _get(resp, "episode_id")
         if not episode_id:
@@ -123,7 +159,7 @@ def make_env(options: dict) -> LiveWebEnv:
         kwargs["cache_dir"] = Path(options["cache_dir"])
     if options.get("use_cache") is not None:
         kwargs["use_cache"] = bool(options["use_cache"])
-    return LiveWebEnv(actor_cls(**kwargs))
+    return LiveWebEnv(actor_cls(**kwargs), str(root))
 
 
 # --- the terminal hook: validate the stop action's answers -------------------------------------
@@ -131,18 +167,28 @@ async def validate_stop_answer(ctx: Any) -> Optional[dict]:
     """LiveWeb's answer validation for the episode that just ended (``Actor.evaluate``'s steps, at
     liveweb-arena 350b4ff): ground truth collected from the pages visited (plus API ground truth),
     answers parsed from the stop action, the LLM validator per subtask, then the terminal reward of
-    the episode's reward calculator. None when the episode ended without a stop action."""
+    the episode's reward calculator. An episode ended by an infrastructure failure is ``invalid``
+    (not trained on); one cut at LiveWeb's ``max_steps`` gets the truncation penalty (score 0)."""
+    actor = ctx.env.actor
+    episode = actor._episodes.get(ctx.handle)  # pinned internals (350b4ff): the episode's task, GT and rewards
+    if episode is None:
+        raise EpisodeLost(f"episode {ctx.handle} is gone before its answers were validated")
+    failure = getattr(episode, "failure_reason", None)
+    if failure in INVALID_FAILURES:
+        return {"reward": 0.0, "invalid": f"{failure}: LiveWeb's infrastructure failed, not the agent",
+                "failure_reason": failure}
+    if episode.final_answer is None:
+        if not episode.truncated:
+            return None
+        cut = episode.reward_calculator.calculate_terminal_reward(
+            validation_score=0.0, steps_used=episode.current_step, max_steps=episode.max_steps, truncated=True)
+        return {"reward": float(cut.total), "score": 0.0, "success": False, "truncated": True,
+                "failure_reason": failure}
     from liveweb_arena.core.gt_collector import set_current_gt_collector
     from liveweb_arena.core.parser import AnswerParser
     from liveweb_arena.core.validators.llm_validator import validate_answers_with_llm
     from liveweb_arena.utils.llm_client import LLMClient
 
-    actor = ctx.env.actor
-    episode = actor._episodes.get(ctx.handle)  # pinned internals (350b4ff): the episode's task, GT and rewards
-    if episode is None:
-        raise EpisodeLost(f"episode {ctx.handle} is gone before its answers were validated")
-    if episode.final_answer is None:
-        return None
     subtasks = list(episode.task.subtasks)
     set_current_gt_collector(episode.gt_collector)  # hybrid templates read ground truth through this global
     try:
@@ -156,6 +202,11 @@ async def validate_stop_answer(ctx: Any) -> Optional[dict]:
             missing[st.answer_tag] = episode.gt_collector.get_failure_reason(st)
         else:
             truths[st.answer_tag] = value
+    is_system_error = getattr(episode.gt_collector, "is_system_error", lambda st: False)
+    system_errors = [f"[{st.answer_tag}] {missing[st.answer_tag]}" for st in subtasks
+                     if st.answer_tag in missing and is_system_error(st)]
+    if system_errors:  # Actor.evaluate: a GT system error makes the evaluation invalid
+        return {"reward": 0.0, "invalid": f"ground truth system error: {'; '.join(system_errors)}"}
     answers = AnswerParser().parse_answers(episode.final_answer, len(subtasks))
     rules = {}
     for st in subtasks:

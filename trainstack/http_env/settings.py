@@ -22,6 +22,7 @@ from trainstack.schema import to_typed
 CONFIG_KEY = "http_env"  # the custom-config key (slime: args.http_env) and the meta block's name
 REWARD_MODES = ("sum", "last", "terminal")
 OBSERVATION_ROLES = ("user", "tool")
+CONTEXTS = ("conversation", "step")
 
 
 @dataclass
@@ -35,14 +36,17 @@ class HttpEnvSettings:
     observation_role: str = "user"  # chat role the env's observations are rendered as: user | tool
     system_prompt: Optional[str] = None  # a system message before the first observation
     tokenizer: Optional[str] = None  # dir with tokenizer.json + chat template; null: --hf-checkpoint (slime's)
+    chat_template_kwargs: dict = field(default_factory=dict)  # extra template variables, e.g. {enable_thinking: false}
     timeout_s: float = 30.0  # one env request attempt
     retries: int = 3  # extra attempts after connection errors, timeouts and 5xx (never after 4xx)
     backoff_s: float = 0.5  # first wait between attempts; doubles each retry
     max_backoff_s: float = 8.0
     generate_timeout_s: Optional[float] = 600.0  # one /generate attempt; null: no limit
     episode_timeout_s: Optional[float] = None  # the whole episode; past it the sample fails (null: no limit)
+    context: str = "conversation"  # conversation: one growing chat, one sample | step: each turn's observation alone
+    capacity_wait_s: float = 600.0  # how long a start waits for a server at max_sessions (503 + Retry-After)
 
-    CHOICES = {"reward": REWARD_MODES, "observation_role": OBSERVATION_ROLES}
+    CHOICES = {"reward": REWARD_MODES, "observation_role": OBSERVATION_ROLES, "context": CONTEXTS}
 
     def call_bound_s(self) -> float:
         """Longest one env call can take before the sample fails: every attempt times out."""
@@ -52,7 +56,8 @@ class HttpEnvSettings:
 
 # Settings that change what is trained (part of the run_id hash); the rest say where and how
 # patiently to reach the server.
-TRAINING_KEYS = ("max_turns", "max_tokens_per_turn", "reward", "observation_role", "system_prompt", "tokenizer")
+TRAINING_KEYS = ("max_turns", "max_tokens_per_turn", "reward", "observation_role", "system_prompt", "tokenizer",
+                 "chat_template_kwargs", "context")
 
 
 def identity(node: Mapping[str, Any]) -> dict:
@@ -96,7 +101,7 @@ def parse_settings(node: Mapping[str, Any] | None, prefix: str = f"{CONFIG_KEY}.
     obj, errors = to_typed(HttpEnvSettings, node, prefix, source_of)
     _positive(errors, prefix, node, ("max_turns",), allow_none=False, integer=True)
     _positive(errors, prefix, node, ("max_tokens_per_turn",), allow_none=True, integer=True)
-    _positive(errors, prefix, node, ("timeout_s", "max_backoff_s"), allow_none=False, integer=False)
+    _positive(errors, prefix, node, ("timeout_s", "max_backoff_s", "capacity_wait_s"), allow_none=False, integer=False)
     _positive(errors, prefix, node, ("generate_timeout_s", "episode_timeout_s"), allow_none=True, integer=False)
     retries, backoff, url = node.get("retries"), node.get("backoff_s"), node.get("url")
     if isinstance(retries, int) and retries < 0:

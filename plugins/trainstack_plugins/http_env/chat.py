@@ -14,11 +14,15 @@ import json
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"
+# Stand-in message contents for turn_tail: plain words no template rewrites (no whitespace to trim,
+# no think tags to split on).
+USER_MARKER = "TrainstackStandInUserMessage"
+ASSISTANT_MARKER = "TrainstackStandInAssistantMessage"
 _SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 
 
@@ -114,9 +118,34 @@ class ChatTokenizer:
         with self._lock:
             return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
-    def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
-        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, tools=None,
-                                    documents=None, **self.special_tokens)
+    def render(self, messages: list[dict], add_generation_prompt: bool, **template_kwargs: Any) -> str:
+        """``apply_chat_template(messages, tokenize=False, ...)``; ``template_kwargs`` as there (e.g.
+        ``enable_thinking=False``)."""
+        return self.template.render(**{**self.special_tokens, **template_kwargs}, messages=messages,
+                                    add_generation_prompt=add_generation_prompt, tools=None, documents=None)
+
+    def turn_tail(self, observation: dict, system: Optional[dict] = None, **template_kwargs: Any) -> str:
+        """The text the template writes after an assistant message's content when ``observation``
+        follows it: what closes the assistant turn, the observation's turn, and the generation prompt.
+
+        Rendered on a fixed stand-in conversation (``system``, a user and an assistant message holding
+        markers), never on the episode's real history: templates rewrite earlier turns when a message is
+        added (Qwen3 drops an earlier answer's ``<think>`` block, GLM-4.5 its reasoning), so "render the
+        conversation with the observation minus the one without" does not give the observation's text.
+        """
+        msgs = ([system] if system else []) + [{"role": "user", "content": USER_MARKER},
+                                               {"role": "assistant", "content": ASSISTANT_MARKER}, observation]
+        text = self.render(msgs, add_generation_prompt=True, **template_kwargs)
+        at = text.rfind(ASSISTANT_MARKER)
+        if at < 0 or text.count(ASSISTANT_MARKER) != 1:
+            raise ChatTokenizerError(f"{self.path}: the chat template does not render an assistant message's content "
+                                     "as it is, so the text it adds after the model's turn cannot be found")
+        tail = text[at + len(ASSISTANT_MARKER):]
+        content = str(observation.get("content") or "").strip()
+        if content and content not in tail:
+            raise ChatTokenizerError(f"{self.path}: the chat template does not render the observation after the "
+                                     f"assistant's turn (with role {observation.get('role')!r})")
+        return tail
 
 
 @lru_cache(maxsize=8)

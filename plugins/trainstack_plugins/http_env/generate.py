@@ -6,25 +6,30 @@ env steps up to ``max_turns`` and the response budget (``sampling_params["max_ne
 model and observation tokens together), and close the session whatever happened.
 
 Token in, token out: model turns are generated from token ids and the ids (and log-probs) the
-inference server returns are kept as they are. The prompt and each observation are rendered with
-the model's chat template and tokenized once: an observation's tokens are the text the template
-adds for it (plus whatever closes the model's turn that the model did not write itself, e.g. the
-newline after ``<|im_end|>`` or an end-of-turn token when the turn was cut). ``loss_mask`` is 1 on
-model tokens and 0 on observation tokens; ``rollout_log_probs`` are the server's for model tokens
-and 0.0 (masked) for observation tokens.
+inference server returns are kept as they are. The prompt is the chat template's rendering of the
+first observation. Each later observation is tokenized as a delta appended after the model's own
+tokens: the text the template writes after an assistant turn's content when the observation follows
+(``ChatTokenizer.turn_tail``: the turn's closing, the observation's turn, the generation prompt),
+rendered on a fixed stand-in conversation, never by re-rendering the episode's history (templates
+rewrite history: Qwen3 drops an earlier answer's ``<think>`` block, GLM-4.5 its reasoning). Where the
+model finished its turn by writing the start of that closing (``<|im_end|>``, ``<|eot_id|>``,
+GLM's ``<|user|>``), those tokens are not repeated. ``loss_mask`` is 1 on model tokens and 0 on
+observation tokens; ``rollout_log_probs`` are the server's for model tokens and 0.0 (masked) for
+observation tokens.
 
 Settings: ``args.http_env`` (from slime's ``--custom-config-path`` YAML, written by trainstack from
 the env preset's ``meta.http_env``), updated by ``sample.metadata["http_env"]``; typed and checked
 by ``trainstack.http_env.settings``. Statuses: COMPLETED (the env ended the episode), TRUNCATED
 (turn limit, response budget, or the env's own step limit), ABORTED (the inference server aborted
 the request), FAILED (the env or inference server failed past its retries, a timeout, a terminal
-hook error; reward 0, ``remove_sample`` so it does not train). The reward is set here, so slime
-skips the reward model.
+hook error, an episode the env's verdict marks ``invalid``; reward 0, ``remove_sample`` so it does
+not train). The reward is set here, so slime skips the reward model.
 """
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any, Optional
 
 from trainstack.errors import ConfigErrors
@@ -77,6 +82,16 @@ class _Fail(Exception):
     pass
 
 
+def closing_overlap(model_ids: list[int], tail_ids: list[int]) -> int:
+    """How many leading ids of ``tail_ids`` (what the template writes after an assistant message's
+    content) the model's turn already ends with: its end-of-turn token (``<|im_end|>``, ``<|eot_id|>``,
+    GLM's ``<|user|>``) is the template's closing, written once."""
+    for k in range(min(len(model_ids), len(tail_ids)), 0, -1):
+        if model_ids[-k:] == tail_ids[:k]:
+            return k
+    return 0
+
+
 class Episode:
     def __init__(self, args: Any, sample: Any, sampling_params: dict, settings: HttpEnvSettings,
                  chat: chat_mod.ChatTokenizer, evaluation: bool):
@@ -94,13 +109,20 @@ class Episode:
         self.validation: Optional[dict] = None
         self.turns: list[dict] = []
         self.errors: list[str] = []
-        self.template_rewrites = 0
         self.stats = CallStats()
+        self.finished: list[tuple[list[int], list[int], list[int], list[float]]] = []  # context: step
         s = settings
-        self.env_retry = Retry(s.timeout_s, s.retries, s.backoff_s, s.max_backoff_s)
+        self.env_retry = Retry(s.timeout_s, s.retries, s.backoff_s, s.max_backoff_s, s.capacity_wait_s)
         self.close_retry = Retry(s.timeout_s, min(1, s.retries), s.backoff_s, s.max_backoff_s)
         self.gen_retry = Retry(s.generate_timeout_s, s.retries, s.backoff_s, s.max_backoff_s)
         self.generate_url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
+        if getattr(sample, "session_id", None) is None:
+            sample.session_id = uuid.uuid4().hex  # slime's generate_and_rm_group sets one per sample; so do we
+        # slime's own generate sends the sample's session id as the router's routing key under
+        # consistent hashing, so every turn of one sample reaches the engine holding its prefix.
+        self.routing_key = sample.session_id if getattr(args, "router_policy", None) == "consistent_hashing" else None
+        self.template_kwargs = dict(settings.chat_template_kwargs or {})
+        self.system = {"role": "system", "content": settings.system_prompt} if settings.system_prompt else None
 
     # --- the episode -------------------------------------------------------------------------
     async def run(self) -> Any:
@@ -142,19 +164,30 @@ class Episode:
     async def _play(self, http: Any, env: EnvClient) -> None:
         s, chat = self.settings, self.chat
         started = await env.start(self._task())
-        messages: list[dict] = [{"role": "system", "content": s.system_prompt}] if s.system_prompt else []
+        messages: list[dict] = [self.system] if self.system else []
         messages.append({"role": "user", "content": started["observation"]})
-        context = chat.render(messages, add_generation_prompt=True)
-        self.prompt_ids = chat.encode(context)
+        self.prompt_ids = chat.encode(chat.render(messages, add_generation_prompt=True, **self.template_kwargs))
         budget = int(self.params.get("max_new_tokens") or 0)
+        step_context = s.context == "step"
+        obs: dict = messages[-1]
+        context_len = getattr(self.args, "rollout_max_context_len", None)
         for turn in range(s.max_turns):
+            if step_context and turn:  # a new sample: this turn's observation alone is its prompt
+                self.finished.append((self.prompt_ids, self.resp_ids, self.mask, self.logprobs))
+                self.resp_ids, self.mask, self.logprobs = [], [], []
+                alone = [*([self.system] if self.system else []), {"role": "user", "content": obs["content"]}]
+                self.prompt_ids = chat.encode(chat.render(alone, add_generation_prompt=True, **self.template_kwargs))
             remaining = budget - len(self.resp_ids)
+            if context_len:
+                remaining = min(remaining, int(context_len) - len(self.prompt_ids) - len(self.resp_ids))
             if remaining <= 0:
-                self.status, self.reason = "truncated", "response budget used up"
+                self.status, self.reason = "truncated", ("response budget used up" if remaining == budget - len(
+                    self.resp_ids) else f"the context does not fit rollout_max_context_len={context_len}")
                 return
             cap = min(remaining, s.max_tokens_per_turn or remaining)
             mt = await generate_turn(http, self.generate_url, self.prompt_ids + self.resp_ids,
-                                     {**self.params, "max_new_tokens": cap}, self.gen_retry, self.stats)
+                                     {**self.params, "max_new_tokens": cap}, self.gen_retry, self.stats,
+                                     self.routing_key)
             self._add(mt.ids, mt.logprobs, trainable=True)
             record: dict = {"turn": turn, "model_tokens": len(mt.ids), "finish_reason": mt.finish_reason}
             self.turns.append(record)
@@ -174,49 +207,70 @@ class Episode:
                 self.validation = reply.get("validation")
                 if self.validation is not None and self.validation.get("error"):
                     raise _Fail(f"terminal hook {self.validation.get('hook')} failed: {self.validation['error']}")
+                if self.validation is not None and self.validation.get("invalid"):
+                    # the env says its own infrastructure failed (LiveWeb's cache_error, a ground-truth
+                    # system error): no evidence about the policy, so not trained on
+                    raise _Fail(f"the env marked the episode invalid: {self.validation['invalid']}")
                 if reply.get("truncated"):
                     self.status, self.reason = "truncated", "the env ended the episode early (its step limit)"
                 return
             if turn == s.max_turns - 1:
                 self.status, self.reason = "truncated", f"max_turns={s.max_turns} reached"
                 return
-            messages.append({"role": "assistant", "content": mt.text})
             obs = {"role": s.observation_role, "content": reply.get("observation") or ""}
-            obs_ids, context = self._observation_tokens(messages, obs, context, mt.ids)
+            if step_context:
+                record["observation_chars"] = len(obs["content"])
+                continue
+            obs_ids, written = self._observation_tokens(obs, mt.ids, mt.finish_reason)
             record["observation_tokens"] = len(obs_ids)
+            record["closing_written_by_model"] = written
             if len(self.resp_ids) + len(obs_ids) >= budget:
                 self.status, self.reason = "truncated", "the next observation does not fit the response budget"
                 return
             self._add(obs_ids, None, trainable=False)
-            messages.append(obs)
 
-    def _observation_tokens(self, messages: list[dict], obs: dict, context: str,
-                            model_ids: list[int]) -> tuple[list[int], str]:
-        """The ids the chat template adds after the model's turn for ``obs``, tokenized once."""
-        chat = self.chat
-        base = chat.render(messages, add_generation_prompt=False)
-        full = chat.render(messages + [obs], add_generation_prompt=True)
-        if not full.startswith(base):
-            raise _Fail("the chat template does not render the conversation with an observation as a continuation "
-                        "of the conversation without it; cannot tell which tokens the observation adds")
-        closing = ""
-        turn_text = base[len(context):] if base.startswith(context) else None
-        produced = chat.decode(model_ids)
-        if turn_text is not None and turn_text.startswith(produced):
-            closing = turn_text[len(produced):]  # template text that ends the turn, not written by the model
-        else:
-            self.template_rewrites += 1  # the template re-renders this turn differently (e.g. drops reasoning)
-        return chat.encode(closing + full[len(base):]), full
+    def _observation_tokens(self, obs: dict, model_ids: list[int], finish: Optional[str]) -> tuple[list[int], int]:
+        """The ids that follow the model's turn for ``obs`` (a delta; the history is never re-rendered),
+        and how many of the template's closing tokens the model wrote itself (not repeated)."""
+        try:
+            tail = self.chat.encode(self.chat.turn_tail(obs, self.system, **self.template_kwargs))
+        except chat_mod.ChatTokenizerError as e:
+            raise _Fail(str(e)) from None
+        written = closing_overlap(model_ids, tail) if finish == "stop" else 0
+        return tail[written:], written
 
     # --- the sample --------------------------------------------------------------------------
     def _fill(self, session_id: Optional[str], seconds: float) -> Any:
-        smp = self.sample
+        if self.settings.context == "step" and self.finished:
+            return self._fill_turns(session_id, seconds)
+        return self._fill_one(self.sample, session_id, seconds)
+
+    def _fill_turns(self, session_id: Optional[str], seconds: float) -> list:
+        """``context: step``: one sample per model turn (slime's compact/fan-out shape), each its turn's
+        prompt and response, all with the episode's reward and status and the parent's ``rollout_id``
+        (slime counts them as one rollout; ``sample.index`` when unset, as slime's fan-out does)."""
+        import copy
+
+        turns = [*self.finished, (self.prompt_ids, self.resp_ids, self.mask, self.logprobs)]
+        turns = [t for t in turns if t[1]] or turns[:1]  # a turn that generated nothing is no sample
+        out = []
+        rollout_id = self.sample.rollout_id if self.sample.rollout_id is not None else self.sample.index
+        for k, (prompt, resp, mask, logprobs) in enumerate(turns):
+            self.prompt_ids, self.resp_ids, self.mask, self.logprobs = prompt, resp, mask, logprobs
+            smp = self._fill_one(copy.deepcopy(self.sample), session_id, seconds)
+            smp.rollout_id = rollout_id
+            smp.metadata["http_env_turn"] = k
+            out.append(smp)
+        return out
+
+    def _fill_one(self, smp: Any, session_id: Optional[str], seconds: float) -> Any:
         status_enum = type(smp.status)
         failed = self.status == "failed"
         validation = None if self.validation is None else self.validation.get("reward")
         if not self.prompt_ids:  # the session never started: the task's prompt, so the sample has tokens
+            first = [self.system] if self.system else []
             self.prompt_ids = self.chat.encode(self.chat.render(
-                [{"role": "user", "content": str(smp.prompt)}], add_generation_prompt=True))
+                first + [{"role": "user", "content": str(smp.prompt)}], add_generation_prompt=True, **self.template_kwargs))
         smp.tokens = self.prompt_ids + self.resp_ids
         smp.response_length = len(self.resp_ids)
         smp.response = self.chat.decode(self.resp_ids)
@@ -226,14 +280,13 @@ class Episode:
         smp.status = status_enum(self.status)
         if failed:
             smp.remove_sample = True  # slime zeroes its loss mask; it is no evidence about the policy
-        if session_id is not None and getattr(smp, "session_id", None) is None:
-            smp.session_id = session_id  # slime's consistent-hash routing: an episode's turns share an engine
         smp.metadata = dict(smp.metadata or {})
         smp.metadata["http_env_episode"] = {
             "session_id": session_id, "turns": len(self.turns), "per_turn": self.turns, "rewards": self.rewards,
             "validation": self.validation, "status_reason": self.reason, "errors": self.errors,
             "calls": self.stats.calls, "retries": self.stats.retries, "retried_after": self.stats.errors,
-            "template_rewrites": self.template_rewrites, "seconds": round(seconds, 4), "evaluation": self.evaluation,
+            "capacity_waits": self.stats.capacity_waits, "capacity_wait_s": round(self.stats.capacity_wait_s, 3),
+            "seconds": round(seconds, 4), "evaluation": self.evaluation,
         }
         return smp
 
