@@ -38,6 +38,7 @@ from trainstack.commander.client import CommanderClient, CommanderError, Unreach
 from trainstack.fence import ENV_COMMANDER_EPOCH, EXIT_FENCED, Epoch
 from trainstack.procgroup import die_with_parent, kill_group, stop_group
 
+EXEC_STDERR = "exec.stderr.log"  # under the run dir's logs/: what `trainstack exec` wrote to stderr
 EXIT_SUPERSEDED = 4  # the worker's own exit: the commander refused its epoch (EXIT_FENCED is its trainer's)
 
 
@@ -50,9 +51,24 @@ class Trainer:
 
     def __init__(self, run_dir: str, env: dict[str, str]):
         argv = [sys.executable, "-m", "trainstack", "exec", run_dir, "--quiet"]
-        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent,
-                                     stdin=subprocess.DEVNULL)
+        # exec's stderr (its errors before the trainer starts: prepare, host checks) goes to a file on
+        # the run's volume, so the report carries them (the trainer's own log is empty then)
+        self.stderr_path = Path(run_dir) / "logs" / EXEC_STDERR
+        self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.stderr_path, "ab") as err:
+            self.stderr_from = err.tell()
+            self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent,
+                                         stdin=subprocess.DEVNULL, stderr=err)
         self.stop_reason: str | None = None
+
+    def stderr_tail(self, n: int = 16 * 1024) -> str:
+        """What this exec wrote to stderr (its last n bytes)."""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(max(self.stderr_from, f.seek(0, os.SEEK_END) - n))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -68,6 +84,13 @@ class Trainer:
         self.stop_reason = self.stop_reason or reason
         stop_group(self.proc, term_wait_s=grace_s)
         return self.proc.wait()
+
+
+def failure_reason(stderr: str) -> str:
+    """The line that says why exec failed: its first `error:` line, else its last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "error:" in ln), lines[-1] if lines else "")
+    return first[:300]
 
 
 _TRACES: dict[str, tuple[tuple, Any]] = {}
@@ -184,9 +207,10 @@ class Worker:
         return self.client.post(f"/v1/runs/{self.run_id}/lease/renew",
                                 {"epoch": self.epoch, "holder": self.holder, "progress": progress(self.run_dir)})
 
-    def report(self, state: str, code: int | None, message: str) -> None:
+    def report(self, state: str, code: int | None, message: str, stderr: str = "") -> None:
+        tail = log_tail(self.run_dir) + (f"\n--- trainstack exec's stderr ---\n{stderr}" if stderr.strip() else "")
         body = {"epoch": self.epoch, "holder": self.holder, "state": state, "exit_code": code, "message": message,
-                "progress": progress(self.run_dir), "log_tail": log_tail(self.run_dir)}
+                "progress": progress(self.run_dir), "log_tail": tail}
         for _ in range(10):
             try:
                 self.client.post(f"/v1/runs/{self.run_id}/lease/report", body)
@@ -241,7 +265,10 @@ class Worker:
                     self.report("preempted", code, "trainstack exec was fenced (another writer holds the run dir)")
                     return EXIT_SUPERSEDED
                 state = "finished" if code == 0 and progress(self.run_dir).get("state") == "finished" else "failed"
-                self.report(state, code, f"trainstack exec exited with {code}")
+                stderr = trainer.stderr_tail()
+                sys.stderr.write(stderr)  # the worker's log shows it too
+                why = failure_reason(stderr) if state == "failed" else ""
+                self.report(state, code, f"trainstack exec exited with {code}" + (f": {why}" if why else ""), stderr)
                 return 0 if state == "finished" else 1
             try:
                 answer = self.renew()

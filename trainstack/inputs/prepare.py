@@ -63,7 +63,9 @@ class Converter:
         if self.backend == "tiny":
             head = [sys.executable, "-m", "trainstack.inputs.convert_tiny"]
         else:
-            head = ["torchrun", f"--nproc-per-node={self.nproc}",
+            # torchrun, as the interpreter that runs trainstack (the image's python, with torch): the
+            # `torchrun` script on PATH may belong to another python, or be missing from PATH
+            head = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={self.nproc}",
                     os.path.join(self.slime_root, "tools", "convert_hf_to_torch_dist.py")]
         return [*head, *self.model_flags, "--hf-checkpoint", hf, "--save", out]
 
@@ -334,12 +336,14 @@ def _check_converter(src: ModelSource, conv: Converter | None) -> None:
     """Before a long download: the conversion after it must be able to start on this host."""
     if conv is None or not src.torch_dist_dir or not cache.managed(src.torch_dist_dir):
         return
+    import importlib.util
+
     argv = conv.argv("HF", "OUT")
     problem = None
-    if shutil.which(argv[0]) is None:
-        problem = f"{argv[0]} is not on this host's PATH"
-    elif conv.backend != "tiny" and not os.path.isfile(argv[2]):
-        problem = f"slime's converter {argv[2]} does not exist on this host"
+    if conv.backend != "tiny" and importlib.util.find_spec("torch") is None:
+        problem = f"torch (torch.distributed.run), which {sys.executable} cannot import"
+    elif conv.backend != "tiny" and not os.path.isfile(argv[4]):
+        problem = f"slime's converter {argv[4]} does not exist on this host"
     if problem:
         raise ConfigErrors([ConfigError("model.ref_load", f"converting {src.repo} to torch_dist needs {problem}",
                                         "install torch (torchrun) and point slime.root at a slime checkout on the "
