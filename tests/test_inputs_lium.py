@@ -109,6 +109,8 @@ def test_gpu_recipe_on_lium_prepares_inputs_and_starts_the_trainer(fake_hub, fak
         rid = run_id_of(stack)
         rec = stack.ended(rid)
         vol_run = stack.volume_run_dir(rid)
+        said = [p.read_text()[-3000:] for p in sorted((vol_run / "logs").glob("*"))] if (vol_run / "logs").is_dir() else []
+        assert (vol_run / "stub_trainer_started.json").exists(), f"{rec}\n{said}"
         started = json.loads((vol_run / "stub_trainer_started.json").read_text())
         # the trainer started at the image's slime root, with the model, its conversion and the data present
         assert started["cwd"] == str(image_slime)
@@ -121,7 +123,9 @@ def test_gpu_recipe_on_lium_prepares_inputs_and_starts_the_trainer(fake_hub, fak
             fake_hub.files("Qwen/Qwen3-4B")["model.safetensors"]
         conv = json.loads((volume / "models" / "Qwen3-4B_torch_dist" / "release" / "argv.json").read_text())
         assert conv["world_size"] == "8"  # torch.distributed.run with the pod's 8 GPUs' worth of ranks
-        assert conv["argv"][:4] == ["--swiglu", "--num-layers", "36", "--hidden-size"]  # the preset's MODEL_ARGS
+        flags = " ".join(conv["argv"])  # the preset's MODEL_ARGS, as slime's scripts/models/qwen3-4B.sh has them
+        assert "--num-layers 36 " in flags and "--hidden-size 2560 " in flags and "--swiglu" in flags
+        assert "--tensor-model-parallel-size" not in flags and "--lr " not in flags  # training settings left out
         assert conv["argv"][-4] == "--hf-checkpoint" and conv["argv"][-2] == "--save"  # slime's tool's argv
         assert conv["argv"][-3].startswith("/mnt/trainstack/models/.trainstack-cache/models/")  # the cached snapshot
         inputs = json.loads((vol_run / "inputs.json").read_text())

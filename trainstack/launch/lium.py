@@ -137,6 +137,10 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
         else:
             env.pop("PYTHONPATH")
     cmd["entrypoint"], cmd["env"] = entry, env
+    for group, key in (("paths", "models_root"), ("paths", "data_root"), ("slime", "root")):  # relative: the pod's cwd
+        block = d["config"].get(group)
+        if isinstance(block, dict) and isinstance(block.get(key), str):
+            block[key] = str(Path(block[key]).absolute())
     for key in ("command", "args", "run_dir", "data_root", "inputs", "config"):
         d[key] = move(d[key])
     d.setdefault("extra", {})["lium"] = {"submit_run_dir": spec.run_dir}
