@@ -131,8 +131,8 @@ def test_gpu_recipe_on_lium_prepares_inputs_and_starts_the_trainer(fake_hub, fak
         inputs = json.loads((vol_run / "inputs.json").read_text())
         assert {i["kind"]: i["state"] for i in inputs["items"]} == {"model": "download", "torch_dist": "convert",
                                                                     "dataset": "download"}
-        # the stand-in trainer stops (exit 3): the failure and its last lines reach status and logs
-        assert rec["phase"] == "failed" and "exited with 3" in rec["message"]
+        # the stand-in trainer stops (exit 1): the failure and its last lines reach status and logs
+        assert rec["phase"] == "failed" and "exited with 1" in rec["message"]
         logs = stack.trainstack("logs", rid)
         assert "stub slime train.py: started with every input present" in logs.stdout, logs.stderr
         stack.close()
@@ -157,7 +157,8 @@ def test_a_failed_prepare_on_the_pod_reaches_status_and_logs(fake_hub, fake_lium
         assert "downloading Qwen/Qwen3-4B@" in (row.get("reason") or ""), row
         logs = stack.trainstack("logs", rid)
         assert logs.returncode == 0 and "no saved log tail" not in logs.stderr, logs.stderr
-        assert "trainstack exec's stderr" in logs.stdout and "fix:" in logs.stdout, logs.stdout[-2000:]
+        assert "trainstack exec's stderr" in logs.stdout, logs.stdout[-2000:]
+        assert "error: model.meta.hf_repo: downloading Qwen/Qwen3-4B@" in logs.stdout and "injected 403" in logs.stdout
         stack.close()
     finally:
         stack.cmd.stop()

@@ -18,4 +18,4 @@ with open(os.path.join(run_dir, "stub_trainer_started.json"), "w") as f:
                "ref_load_tracker": open(os.path.join(paths["--ref-load"], "latest_checkpointed_iteration.txt")).read()
                if found["--ref-load"] else None}, f)
 print("stub slime train.py: started with every input present" if all(found.values()) else f"missing: {found}")
-sys.exit(3)  # the trainer itself needs GPUs: stop at its start
+sys.exit(1)  # the trainer itself needs GPUs: stop at its start (not 3: exec's "run busy")
