@@ -16,7 +16,9 @@ run's lease from the commander.
    - the run should stop (cancel, pause, spend limit): SIGTERM -> final checkpoint -> report.
 4. SIGTERM to the worker (the pod is going away): the trainer checkpoints within its grace
    period, the worker reports PREEMPTED and releases.
-The worker reports how the trainer ended (finished / failed / stopped) with the tail of its log.
+The worker reports how the trainer ended (finished / failed / stopped) with the tail of its log, and
+exec's own stderr (logs/exec.stderr.log: a failed prepare step or host check before the trainer) with
+its first error line as the reason.
 
 Environment (set by the commander through the exec environment, never files):
 TRAINSTACK_COMMANDER_URL, TRAINSTACK_COMMANDER_TOKEN, TRAINSTACK_RUN_ID, TRAINSTACK_COMMANDER_EPOCH,
@@ -38,7 +40,6 @@ from trainstack.commander.client import CommanderClient, CommanderError, Unreach
 from trainstack.fence import ENV_COMMANDER_EPOCH, EXIT_FENCED, Epoch
 from trainstack.procgroup import die_with_parent, kill_group, stop_group
 
-EXEC_STDERR = "exec.stderr.log"  # under the run dir's logs/: what `trainstack exec` wrote to stderr
 EXIT_SUPERSEDED = 4  # the worker's own exit: the commander refused its epoch (EXIT_FENCED is its trainer's)
 
 
@@ -53,7 +54,9 @@ class Trainer:
         argv = [sys.executable, "-m", "trainstack", "exec", run_dir, "--quiet"]
         # exec's stderr (its errors before the trainer starts: prepare, host checks) goes to a file on
         # the run's volume, so the report carries them (the trainer's own log is empty then)
-        self.stderr_path = Path(run_dir) / "logs" / EXEC_STDERR
+        from trainstack.rundir import layout
+
+        self.stderr_path = Path(run_dir) / layout.LOGS / layout.EXEC_STDERR_LOG
         self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.stderr_path, "ab") as err:
             self.stderr_from = err.tell()
