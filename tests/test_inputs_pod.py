@@ -79,3 +79,32 @@ def test_a_failed_execs_reason_is_its_first_error_line():
     assert failure_reason(stderr) == "error: model.meta.hf_repo: downloading a/b@0123 failed (HfHubHTTPError: 403 " \
                                      "Forbidden)"
     assert failure_reason("Killed\n") == "Killed" and failure_reason("") == ""
+
+
+def test_links_resolve_from_any_input_path_to_any_entry(tmp_path_factory):
+    """A class of inputs: wherever the input path sits relative to the cache entry (a deeper dataset
+    path, a sibling root), the relative link resolves to the entry and stays trainstack's to repoint."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from trainstack.inputs import cache
+
+    part = st.text(alphabet="abcxyz-_.0", min_size=1, max_size=6).filter(lambda p: p not in (".", ".."))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(part, min_size=0, max_size=3), st.lists(part, min_size=1, max_size=3))
+    def check(entry_parts, at_parts):
+        base = tmp_path_factory.mktemp("v")
+        entry = base.joinpath("root", cache.CACHE_DIR, "models", *entry_parts, "entry")
+        entry.mkdir(parents=True)
+        (entry / "f").write_text("x")
+        at = base.joinpath("root", *at_parts, "input")
+        if str(at).startswith(str(entry)) or str(entry).startswith(str(at)):
+            return
+        cache.link(str(entry), str(at))
+        assert not os.path.isabs(os.readlink(at)) and (at / "f").read_text() == "x" and cache.managed(str(at))
+        moved = base.parent / (base.name + "-moved")
+        shutil.move(str(base), str(moved))
+        assert (moved.joinpath("root", *at_parts, "input") / "f").read_text() == "x"
+
+    check()
