@@ -34,6 +34,7 @@ SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "commander_latency.py": ("commander_latency.json", ("runs", "all", "n_errors")),
     "lium_recovery.py": ("lium_recovery.json", ("ttl_s", "trials", "gone", "frozen")),
     "slurm_submit.py": ("slurm.json", ("submit_64_jobs", "submit_64_array")),
+    "inputs_prepare.py": ("inputs_prepare.json", ("download", "second_run")),
 }
 
 

@@ -16,7 +16,9 @@ run's lease from the commander.
    - the run should stop (cancel, pause, spend limit): SIGTERM -> final checkpoint -> report.
 4. SIGTERM to the worker (the pod is going away): the trainer checkpoints within its grace
    period, the worker reports PREEMPTED and releases.
-The worker reports how the trainer ended (finished / failed / stopped) with the tail of its log.
+The worker reports how the trainer ended (finished / failed / stopped) with the tail of its log, and
+exec's own stderr (logs/exec.stderr.log: a failed prepare step or host check before the trainer) with
+its first error line as the reason.
 
 Environment (set by the commander through the exec environment, never files):
 TRAINSTACK_COMMANDER_URL, TRAINSTACK_COMMANDER_TOKEN, TRAINSTACK_RUN_ID, TRAINSTACK_COMMANDER_EPOCH,
@@ -50,9 +52,26 @@ class Trainer:
 
     def __init__(self, run_dir: str, env: dict[str, str]):
         argv = [sys.executable, "-m", "trainstack", "exec", run_dir, "--quiet"]
-        self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent,
-                                     stdin=subprocess.DEVNULL)
+        # exec's stderr (its errors before the trainer starts: prepare, host checks) goes to a file on
+        # the run's volume, so the report carries them (the trainer's own log is empty then)
+        from trainstack.rundir import layout
+
+        self.stderr_path = Path(run_dir) / layout.LOGS / layout.EXEC_STDERR_LOG
+        self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.stderr_path, "ab") as err:
+            self.stderr_from = err.tell()
+            self.proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=die_with_parent,
+                                         stdin=subprocess.DEVNULL, stderr=err)
         self.stop_reason: str | None = None
+
+    def stderr_tail(self, n: int = 16 * 1024) -> str:
+        """What this exec wrote to stderr (its last n bytes)."""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(max(self.stderr_from, f.seek(0, os.SEEK_END) - n))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -68,6 +87,13 @@ class Trainer:
         self.stop_reason = self.stop_reason or reason
         stop_group(self.proc, term_wait_s=grace_s)
         return self.proc.wait()
+
+
+def failure_reason(stderr: str) -> str:
+    """The line that says why exec failed: its first `error:` line, else its last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "error:" in ln), lines[-1] if lines else "")
+    return first[:300]
 
 
 _TRACES: dict[str, tuple[tuple, Any]] = {}
@@ -184,9 +210,10 @@ class Worker:
         return self.client.post(f"/v1/runs/{self.run_id}/lease/renew",
                                 {"epoch": self.epoch, "holder": self.holder, "progress": progress(self.run_dir)})
 
-    def report(self, state: str, code: int | None, message: str) -> None:
+    def report(self, state: str, code: int | None, message: str, stderr: str = "") -> None:
+        tail = log_tail(self.run_dir) + (f"\n--- trainstack exec's stderr ---\n{stderr}" if stderr.strip() else "")
         body = {"epoch": self.epoch, "holder": self.holder, "state": state, "exit_code": code, "message": message,
-                "progress": progress(self.run_dir), "log_tail": log_tail(self.run_dir)}
+                "progress": progress(self.run_dir), "log_tail": tail}
         for _ in range(10):
             try:
                 self.client.post(f"/v1/runs/{self.run_id}/lease/report", body)
@@ -241,7 +268,10 @@ class Worker:
                     self.report("preempted", code, "trainstack exec was fenced (another writer holds the run dir)")
                     return EXIT_SUPERSEDED
                 state = "finished" if code == 0 and progress(self.run_dir).get("state") == "finished" else "failed"
-                self.report(state, code, f"trainstack exec exited with {code}")
+                stderr = trainer.stderr_tail()
+                sys.stderr.write(stderr)  # the worker's log shows it too
+                why = failure_reason(stderr) if state == "failed" else ""
+                self.report(state, code, f"trainstack exec exited with {code}" + (f": {why}" if why else ""), stderr)
                 return 0 if state == "finished" else 1
             try:
                 answer = self.renew()

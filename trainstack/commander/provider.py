@@ -32,6 +32,7 @@ class PodRequest:
     volume_mount: str = "/mnt"  # where the template mounts the volume
     workdir: str = "/workspace/trainstack"  # pod-local scratch (logs of the worker, data)
     python: str = "python3"  # the image's interpreter with trainstack installed
+    slime_root: str = "/root/slime"  # the image's slime checkout: its $TRAINSTACK_SLIME_ROOT (docker/Dockerfile)
     ready_timeout_s: float = 900.0
     termination_hours: int | None = None  # Lium removes the pod after this many hours, whatever happens
 

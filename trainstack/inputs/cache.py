@@ -82,8 +82,10 @@ class Entry:
 
 
 def link(target: str, at: str) -> None:
-    """Point `at` (a run's input path) at a complete cache entry, atomically."""
+    """Point `at` (a run's input path) at a complete cache entry, atomically. The link is relative: the
+    volume holding both may be mounted elsewhere (a Lium volume read from the host, a bind mount)."""
     os.makedirs(os.path.dirname(at) or ".", exist_ok=True)
+    target = os.path.relpath(target, os.path.dirname(os.path.abspath(at)))
     if os.path.islink(at) and os.readlink(at) == target:
         return
     tmp = f"{at}.link.{os.getpid()}"
@@ -97,4 +99,4 @@ def managed(path: str) -> bool:
     """Is this input path ours to (re)point: missing, or a link into a trainstack cache?"""
     if not os.path.lexists(path):
         return True
-    return os.path.islink(path) and f"{os.sep}{CACHE_DIR}{os.sep}" in os.readlink(path)
+    return os.path.islink(path) and CACHE_DIR in os.readlink(path).split(os.sep)

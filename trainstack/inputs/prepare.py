@@ -63,7 +63,9 @@ class Converter:
         if self.backend == "tiny":
             head = [sys.executable, "-m", "trainstack.inputs.convert_tiny"]
         else:
-            head = ["torchrun", f"--nproc-per-node={self.nproc}",
+            # torchrun, as the interpreter that runs trainstack (the image's python, with torch): the
+            # `torchrun` script on PATH may belong to another python, or be missing from PATH
+            head = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={self.nproc}",
                     os.path.join(self.slime_root, "tools", "convert_hf_to_torch_dist.py")]
         return [*head, *self.model_flags, "--hf-checkpoint", hf, "--save", out]
 
@@ -246,6 +248,21 @@ def _remote_sizes(repo: str, sha: str, repo_type: str, only: set[str] | None = N
     return out
 
 
+def _download(repo: str, sha: str, repo_type: str, names: list[str], local_dir: str) -> None:
+    """The files, 8 at a time, into local_dir: what `snapshot_download` does after listing the repo,
+    from the listing the disk check already made (one listing, not two). Each file is
+    huggingface_hub's resumable, verified `hf_hub_download`, with its progress bar."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from huggingface_hub import hf_hub_download
+
+    def one(name: str) -> None:
+        hf_hub_download(repo, name, revision=sha, repo_type=repo_type, local_dir=local_dir, endpoint=_endpoint())
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(names)))) as pool:
+        list(pool.map(one, names))
+
+
 def _check_disk(path: str, sizes: Mapping[str, int], key: str, what: str) -> int:
     """Bytes still to fetch; refuse before downloading when the volume has no room for them."""
     need = sum(size for name, size in sizes.items()
@@ -310,13 +327,11 @@ def prepare_model(src: ModelSource, conv: Converter | None, log: Log, recorded: 
         if entry.complete() is None:
             with entry.lock() as waited:
                 if entry.complete() is None:
-                    from huggingface_hub import snapshot_download
-
                     with _fetching("model.meta.hf_repo", f"{src.repo}@{sha}"):
                         sizes = _remote_sizes(src.repo, sha, "model")
                         nbytes = _check_disk(entry.path, sizes, "paths.models_root", f"{src.repo}@{sha[:12]}")
                         log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                        snapshot_download(src.repo, revision=sha, local_dir=entry.path, endpoint=_endpoint())
+                        _download(src.repo, sha, "model", sorted(sizes), entry.path)
                     entry.mark_complete(repo=src.repo, revision=src.revision, sha=sha, bytes=sum(sizes.values()))
                     state = "download"
                 elif waited:
@@ -334,12 +349,14 @@ def _check_converter(src: ModelSource, conv: Converter | None) -> None:
     """Before a long download: the conversion after it must be able to start on this host."""
     if conv is None or not src.torch_dist_dir or not cache.managed(src.torch_dist_dir):
         return
+    import importlib.util
+
     argv = conv.argv("HF", "OUT")
     problem = None
-    if shutil.which(argv[0]) is None:
-        problem = f"{argv[0]} is not on this host's PATH"
-    elif conv.backend != "tiny" and not os.path.isfile(argv[2]):
-        problem = f"slime's converter {argv[2]} does not exist on this host"
+    if conv.backend != "tiny" and importlib.util.find_spec("torch") is None:
+        problem = f"torch (torch.distributed.run), which {sys.executable} cannot import"
+    elif conv.backend != "tiny" and not os.path.isfile(argv[4]):
+        problem = f"slime's converter {argv[4]} does not exist on this host"
     if problem:
         raise ConfigErrors([ConfigError("model.ref_load", f"converting {src.repo} to torch_dist needs {problem}",
                                         "install torch (torchrun) and point slime.root at a slime checkout on the "
@@ -398,8 +415,6 @@ def prepare_dataset(src: DatasetSource, log: Log, recorded: Mapping[str, str]) -
     if entry.complete() is None:
         with entry.lock():
             if entry.complete() is None:
-                from huggingface_hub import hf_hub_download
-
                 with _fetching("env.meta.data", f"{src.repo}@{sha}"):
                     sizes = _remote_sizes(src.repo, sha, "dataset", set(src.files))
                     missing = sorted(set(src.files) - set(sizes))
@@ -408,9 +423,7 @@ def prepare_dataset(src: DatasetSource, log: Log, recorded: Mapping[str, str]) -
                                                         "name files the dataset repo has", value=missing)])
                     nbytes = _check_disk(entry.path, sizes, "paths.data_root", f"{src.repo}@{sha[:12]}")
                     log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                    for name in src.files:
-                        hf_hub_download(src.repo, name, revision=sha, repo_type="dataset", local_dir=entry.path,
-                                        endpoint=_endpoint())
+                    _download(src.repo, sha, "dataset", sorted(src.files), entry.path)
                 entry.mark_complete(repo=src.repo, sha=sha, files=sorted(src.files))
                 state = "download"
     for name, target in targets.items():

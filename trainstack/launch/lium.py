@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import posixpath
 import subprocess
 import sys
 import time
@@ -109,7 +110,7 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
     d = copy.deepcopy(spec.to_json())
     moves = sorted([(spec.run_dir, req.run_dir(spec.run_id)),
                     (str(Path(spec.data_root).absolute()), f"{req.workdir.rstrip('/')}/data"),
-                    (project_root(), req.workdir.rstrip("/"))], key=lambda m: -len(m[0]))
+                    (project_root(), req.workdir.rstrip("/")), *_input_moves(spec, req)], key=lambda m: -len(m[0]))
 
     def move(v: Any) -> Any:
         if isinstance(v, str):
@@ -136,10 +137,24 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
         else:
             env.pop("PYTHONPATH")
     cmd["entrypoint"], cmd["env"] = entry, env
-    for key in ("command", "args", "run_dir", "data_root", "inputs"):
+    for group, key in (("paths", "models_root"), ("paths", "data_root"), ("slime", "root")):  # relative: the pod's cwd
+        block = d["config"].get(group)
+        if isinstance(block, dict) and isinstance(block.get(key), str):
+            block[key] = str(Path(block[key]).absolute())
+    for key in ("command", "args", "run_dir", "data_root", "inputs", "config"):
         d[key] = move(d[key])
     d.setdefault("extra", {})["lium"] = {"submit_run_dir": spec.run_dir}
     return d
+
+
+def _input_moves(spec: RunSpec, req) -> list[tuple[str, str]]:
+    """slime's checkout -> the image's (`cluster.lium.pod.slime_root`, the image's $TRAINSTACK_SLIME_ROOT);
+    models_root -> the run's volume, so a replacement pod finds the download and conversion (docs/inputs.md)."""
+    config = spec.config or {}
+    slime_root = str(Path(str((config.get("slime") or {}).get("root") or "slime")).absolute())
+    models_root = str(Path(str((config.get("paths") or {}).get("models_root") or "models")).absolute())
+    base = posixpath.dirname(posixpath.dirname(req.run_dir(spec.run_id)))  # <volume>/trainstack or the workdir
+    return [(slime_root, req.slime_root.rstrip("/")), (models_root, posixpath.join(base, "models"))]
 
 
 # ------------------------------------------------------------------------------------------
