@@ -123,6 +123,16 @@ class LiumProvider:
                     return v.id
             return lium.volume_create(name, description="trainstack run volume").id
 
+    def delete_volume(self, volume_id: str) -> None:
+        """Delete a volume (its data is gone); one already gone is fine."""
+        from lium.sdk.exceptions import LiumNotFoundError
+
+        with self._lium() as lium:
+            try:
+                lium.volume_delete(volume_id)
+            except LiumNotFoundError:
+                return
+
     def rent(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
         with self._lium() as lium:
             exclude: set[str] = set()

@@ -55,6 +55,8 @@ class CommanderConfig:
     stop_timeout_s: float = 120.0  # cancel/pause: time for the final checkpoint before the pod is removed
     backoff_s: float = 10.0  # first delay before re-provisioning; doubles per restart
     backoff_max_s: float = 300.0
+    volume_retention_s: float = 7 * 86400.0  # an ended run's volume (one the commander made) is deleted after this
+    exit_when_idle_s: float | None = None  # a commander a launch started: exit once no run is active this long
     worker_argv: list[str] = field(default_factory=list)  # default: [<pod python>, -m, trainstack.worker]
 
     def __post_init__(self) -> None:
@@ -178,6 +180,8 @@ class Reconciler:
         now = time.time()
         if run.phase in ("finished", "failed", "cancelled", "paused"):
             self._remove_run_pods(run)
+            if run.phase != "paused":  # a paused run resumes from its volume: kept whatever its age
+                self._retire_volume(run, now)
             return
         if run.desired == "running":
             reason = self._over_budget(run)
@@ -293,6 +297,25 @@ class Reconciler:
             if db.execute("UPDATE runs SET epoch=epoch+1, phase=?, lease_holder=NULL, lease_expires=NULL, pod_id=NULL, "
                           "updated=? WHERE run_id=? AND epoch=?", (final, now, run.run_id, run.epoch)).rowcount:
                 Store.event(db, run.run_id, final, run.epoch + 1, cost_usd=run.cost_usd)
+
+    def _retire_volume(self, run: CommanderRun, now: float) -> None:
+        """An ended run's volume: deleted once `volume_retention_s` has passed since it ended, or at once
+        when purged. Only a volume the commander made (`volume: auto`); one named in the settings is the user's."""
+        if run.ended is None:
+            with self.store.tx() as db:
+                Store.update(db, run.run_id, ended=now)
+            return
+        if not run.volume_id or PodRequest.from_dict(run.settings).volume != "auto":
+            return
+        if not run.purge and now - run.ended < self.config.volume_retention_s:
+            return
+        if any(p["removed"] is None for p in run.pods):
+            return  # attached: the pod goes first (next tick)
+        self.provider.delete_volume(run.volume_id)
+        with self.store.tx() as db:
+            Store.update(db, run.run_id, volume_id=None)
+            Store.event(db, run.run_id, "volume_deleted", run.epoch, volume_id=run.volume_id,
+                        reason="purged" if run.purge else f"retention ({self.config.volume_retention_s / 86400:g} days)")
 
     def _remove_run_pods(self, run: CommanderRun) -> None:
         for p in run.pods:

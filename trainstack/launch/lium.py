@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 TERMINAL = ("finished", "failed", "cancelled", "paused")
 STATE_DIR = Path(os.environ.get("TRAINSTACK_HOME", "~/.trainstack")).expanduser()
+LOCAL_IDLE_EXIT_S = 120.0  # a commander a launch started exits this long after its last run ended
 
 
 @dataclass
@@ -199,7 +200,7 @@ def start_local_commander(port: int, public_url: str | None) -> None:
     """`trainstack commander serve` on this host, detached (it outlives this launch), state in ~/.trainstack."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "trainstack", "commander", "serve", "--db", str(STATE_DIR / "commander.db"),
-            "--port", str(port)]
+            "--port", str(port), "--exit-when-idle", str(LOCAL_IDLE_EXIT_S)]
     if public_url:
         argv += ["--public-url", public_url]
     with open(STATE_DIR / "commander.log", "ab") as log:
@@ -207,7 +208,8 @@ def start_local_commander(port: int, public_url: str | None) -> None:
                                 start_new_session=True, cwd=str(STATE_DIR))
     (STATE_DIR / "commander.pid").write_text(str(proc.pid))
     print(f"trainstack: started a Lium commander on this host (pid {proc.pid}, port {port}, log "
-          f"{STATE_DIR / 'commander.log'}); stop it with kill -TERM {proc.pid}", file=sys.stderr, flush=True)
+          f"{STATE_DIR / 'commander.log'}); it exits {LOCAL_IDLE_EXIT_S:.0f} s after its last run has ended "
+          "(or: trainstack commander stop)", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------
@@ -342,10 +344,18 @@ class LiumLauncher(Launcher):
 
         fill_lium(rows)
 
-    def cancel(self, rows: Sequence["Row"], dry: bool = False) -> int:
+    purges = True  # cancel --purge deletes the run's volume
+
+    def cancel(self, rows: Sequence["Row"], dry: bool = False, purge: bool = False) -> int:
         from trainstack.launch.lium_status import cancel_lium
 
-        return cancel_lium(rows, dry)
+        return cancel_lium(rows, dry, purge)
+
+    def resume(self, rows: Sequence["Row"], spend_limit: float | None = None,
+               sweep_spend_limit: float | None = None, from_scratch: bool = False) -> int:
+        from trainstack.launch.lium_status import resume_lium
+
+        return resume_lium(rows, spend_limit, sweep_spend_limit, from_scratch)
 
     def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
         from trainstack.launch.lium_status import logs

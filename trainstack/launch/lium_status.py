@@ -63,7 +63,9 @@ def fill_lium(rows: Sequence[Any]) -> None:
         r.logs = {"trainer": f"trainstack logs {r.run_id}"}
 
 
-def cancel_lium(rows: Sequence[Any], dry: bool) -> int:
+def cancel_lium(rows: Sequence[Any], dry: bool, purge: bool = False) -> int:
+    """Ask the commander to stop each run; `purge`: also delete the run's volume once its pod is gone
+    (a finished run's is deleted too; a volume named in the settings, not made by the commander, is kept)."""
     from trainstack.commander.client import CommanderError
 
     code = 0
@@ -73,14 +75,40 @@ def cancel_lium(rows: Sequence[Any], dry: bool) -> int:
             print(f"trainstack cancel: {r.run_id}: {why}", file=sys.stderr)
             code = 2
             continue
-        print(f"cancel {r.run_id} (Lium commander {client.url})", file=sys.stderr)
+        print(f"cancel {r.run_id}{' and delete its volume' if purge else ''} (Lium commander {client.url})",
+              file=sys.stderr)
         if dry:
             continue
         try:
-            client.post(f"/v1/runs/{r.run_id}/cancel")
+            client.post(f"/v1/runs/{r.run_id}/cancel" + ("?purge=true" if purge else ""))
         except CommanderError as ex:
             print(f"trainstack cancel: {r.run_id}: {ex.detail}", file=sys.stderr)
             code = 1
+    return code
+
+
+def resume_lium(rows: Sequence[Any], spend_limit: float | None, sweep_spend_limit: float | None,
+                from_scratch: bool) -> int:
+    """Resume paused runs, with new spend limits (a run paused at its limit is refused with the limit to set)."""
+    from trainstack.commander.client import CommanderError
+
+    code = 0
+    body = {k: v for k, v in (("spend_limit", spend_limit), ("sweep_spend_limit", sweep_spend_limit)) if v is not None}
+    for r in rows:
+        client, why = _client(r.run_dir)
+        if client is None:
+            print(f"trainstack resume: {r.run_id}: {why}", file=sys.stderr)
+            code = 2
+            continue
+        try:
+            got = client.post(f"/v1/runs/{r.run_id}/resume" + ("?from_scratch=true" if from_scratch else ""), body)
+        except CommanderError as ex:
+            print(f"trainstack resume: {r.run_id}: {ex.detail}", file=sys.stderr)
+            code = code or 1
+            continue
+        limits = ", ".join(f"{k.replace('_', ' ')} ${v:.2f}" for k in ("spend_limit", "sweep_spend_limit")
+                           if (v := got.get(k)) is not None) or "no spend limit"
+        print(f"resumed {r.run_id} ({limits}); follow it: trainstack status {r.run_id}", file=sys.stderr)
     return code
 
 
