@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import random
 import shlex
 import tempfile
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,6 +63,49 @@ class NoNode(RuntimeError):
     """No node matches the request right now (retried with backoff)."""
 
 
+# Lium's API answers 429 (rate limit, with Retry-After) and 5xx at times: each provider call retries them
+# with backoff for this long before the reconciler sees a failure (which counts as a restart).
+API_RETRY_S = 120.0
+API_BACKOFF_S = (0.5, 15.0)  # first pause, longest pause (doubling, with jitter)
+
+
+def transient_wait(ex: BaseException) -> float | None:
+    """How long the API asked us to wait before a retry of what raised `ex` (0: it did not say); None:
+    not a transient failure (a refusal, not found, bad request) and retrying would not help."""
+    from lium.sdk.exceptions import LiumRateLimitError, LiumRentOutcomeUnknownError, LiumServerError
+
+    if isinstance(ex, LiumRateLimitError):
+        return float(ex.retry_after or 0.0)
+    if isinstance(ex, (LiumServerError, LiumRentOutcomeUnknownError)):  # a rent retried with its key is one pod
+        return 0.0
+    import requests
+
+    if isinstance(ex, (requests.ConnectionError, requests.Timeout)):
+        return 0.0
+    return None
+
+
+def with_backoff(fn, what: str, budget_s: float | None = None, sleep=time.sleep):
+    """`fn()`, retried on transient API failures (429 honouring Retry-After, 5xx, connection errors) with
+    exponential backoff and jitter until `budget_s` has passed; then the last failure is raised."""
+    budget = API_RETRY_S if budget_s is None else budget_s
+    deadline = time.monotonic() + budget
+    pause, longest = API_BACKOFF_S
+    while True:
+        try:
+            return fn()
+        except Exception as ex:  # noqa: BLE001 - classified below; anything else is raised as it was
+            asked = transient_wait(ex)
+            if asked is None:
+                raise
+            wait = max(asked, pause * random.uniform(0.5, 1.0))
+            if time.monotonic() + wait > deadline:
+                raise
+            print(f"trainstack commander: {what}: {type(ex).__name__}: {ex}; retrying in {wait:.1f} s", flush=True)
+            sleep(wait)
+            pause = min(pause * 2, longest)
+
+
 def free_gpus(node: Any) -> int:
     """GPUs of a node free to rent now (`available_gpu_count`; the whole node when the API omits it)."""
     avail = getattr(node, "available_gpu_count", None)
@@ -88,7 +133,7 @@ class LiumProvider:
 
     @staticmethod
     def _info(lium, pod_id: str):
-        for p in lium.ps():
+        for p in with_backoff(lium.ps, "list pods"):
             if p.id == pod_id:
                 return p
         from lium.sdk.exceptions import LiumNotFoundError
@@ -117,33 +162,45 @@ class LiumProvider:
                                           else n.price_per_hour, n.id))
 
     def ensure_volume(self, name: str) -> str:
-        with self._lium() as lium:
-            for v in lium.volumes():
-                if v.name == name:
-                    return v.id
-            return lium.volume_create(name, description="trainstack run volume").id
+        def once() -> str:  # listed first: a create whose answer was lost made it already
+            with self._lium() as lium:
+                for v in lium.volumes():
+                    if v.name == name:
+                        return v.id
+                return lium.volume_create(name, description="trainstack run volume").id
+
+        return with_backoff(once, f"volume {name}")
 
     def delete_volume(self, volume_id: str) -> None:
         """Delete a volume (its data is gone); one already gone is fine."""
         from lium.sdk.exceptions import LiumNotFoundError
 
-        with self._lium() as lium:
-            try:
-                lium.volume_delete(volume_id)
-            except LiumNotFoundError:
-                return
+        def once() -> None:
+            with self._lium() as lium:
+                try:
+                    lium.volume_delete(volume_id)
+                except LiumNotFoundError:
+                    return
+
+        with_backoff(once, f"delete volume {volume_id}")
 
     def rent(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
+        """Rent on the cheapest matching node; retried on transient API failures with the same idempotency key
+        (and the SDK finds a pod of that name first), so a retry never makes a second pod."""
+        return with_backoff(lambda: self._rent_once(req, name, key, volume_id), f"rent {name}")
+
+    def _rent_once(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
         with self._lium() as lium:
             exclude: set[str] = set()
             while True:
                 node = self.choose_node(lium, req, frozenset(exclude))
                 try:
                     return self._rent_on(lium, node, req, name, key, volume_id)
-                except Exception:
+                except Exception as ex:
                     # another rent (another run's) took the node's GPUs since it was listed: try the next node
                     # (the same idempotency key: a pod our failed call made after all is found, not doubled)
-                    if req.executor_id or len(exclude) >= 8 or not self._taken(lium, node.id, req.gpu_count):
+                    if transient_wait(ex) is not None or req.executor_id or len(exclude) >= 8 or \
+                            not self._taken(lium, node.id, req.gpu_count):
                         raise
                     exclude.add(node.id)
 
@@ -167,21 +224,31 @@ class LiumProvider:
         return PodRef(id=str(created["id"]), name=name, price_per_hour=round(price, 6))
 
     def wait_ready(self, pod_id: str, timeout: float) -> bool:
-        with self._lium() as lium:
-            return lium.wait_ready(pod_id, timeout=int(max(1, timeout))) is not None
+        end = time.monotonic() + timeout
+
+        def once() -> bool:
+            with self._lium() as lium:
+                return lium.wait_ready(pod_id, timeout=int(max(1, end - time.monotonic()))) is not None
+
+        return with_backoff(once, f"wait for pod {pod_id}", budget_s=max(1.0, timeout))
 
     def list_pods(self) -> dict[str, PodRef]:
         with self._lium() as lium:
-            return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper()) for p in lium.ps()}
+            return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper())
+                    for p in with_backoff(lium.ps, "list pods", budget_s=30.0)}
 
     def remove(self, pod_id: str) -> None:
+        """Remove the pod (billing stops); retried on transient failures: a pod left billing is money."""
         from lium.sdk.exceptions import LiumNotFoundError
 
-        with self._lium() as lium:
-            try:
-                lium.rm(self._info(lium, pod_id))
-            except LiumNotFoundError:
-                return
+        def once() -> None:
+            with self._lium() as lium:
+                try:
+                    lium.rm(self._info(lium, pod_id))
+                except LiumNotFoundError:
+                    return
+
+        with_backoff(once, f"remove pod {pod_id}")
 
     # ---------------------------------------------------------------- on a pod
     def put_file(self, pod_id: str, remote: str, data: bytes) -> None:
