@@ -56,7 +56,8 @@ def main() -> int:
     admin = cmd.client()
     env = {**os.environ, **lenv, "TRAINSTACK_COMMANDER_URL": cmd.url, "TRAINSTACK_COMMANDER_TOKEN": TOKEN,
            "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, str(ROOT / "run.py"), "cluster=lium_cpu", "run_id=bench", "env.num_rollout=100000",
+    run = subprocess.run([sys.executable, str(ROOT / "run.py"), "cluster=lium_cpu", "run_id=bench",
+                          "cluster.lium.pod.image=trainstack/trainstack-slime:bench", "env.num_rollout=100000",
                           "args.save_interval=1", "env.eval_interval=null", "env.eval_prompt_data=null",
                           f"paths.runs_root={tmp}/runs", f"paths.data_root={tmp}/data",
                           "cluster.lium.restart_limit=100"],

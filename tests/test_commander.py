@@ -10,7 +10,8 @@ from conftest import files_under, run_py
 from trainstack.commander.client import CommanderClient, CommanderError
 
 # `python: /bin/false`: the worker command exits at once, so these tests play the worker themselves
-CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto", "python": "/bin/false"}
+CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto", "python": "/bin/false",
+           "image": "trainstack/trainstack-slime:test"}
 
 
 def spec_of(run_id: str) -> dict:
@@ -194,7 +195,8 @@ def run_of_db(cmd: CommanderProc, run_id: str) -> dict:
 
 def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothing(tmp_path):
     env = {"TRAINSTACK_COMMANDER_TOKEN": "", "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
-    common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2"]
+    common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2",
+              "cluster.lium.pod.image=me/trainstack-slime:1"]
     bad = run_py(*common, "cluster.lium.pod.gpu_typo=H100", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
     assert bad.returncode == 2 and "cluster.lium.pod.gpu_typo: not a Lium pod setting" in bad.stderr, bad.stderr
     nodes = run_py(*common, "cluster.num_nodes=2", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
@@ -203,6 +205,43 @@ def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothin
     assert no_token.returncode == 2 and "TRAINSTACK_COMMANDER_TOKEN" in no_token.stderr, no_token.stderr
     assert "openssl rand" in no_token.stderr and "Traceback" not in no_token.stderr + bad.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_lium_launch_without_a_trainstack_template_or_image_is_refused_registering_nothing(tmp_path):
+    """Both presets leave template_id and image null: before, the launch registered the run and the commander
+    rented Lium's stock PyTorch image, a pod that bills and cannot start the worker."""
+    calls: list[str] = []
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    class Commander(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            calls.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Commander)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": f"http://127.0.0.1:{server.server_address[1]}"}
+    try:
+        for preset in ("lium_cpu", "lium_8xh100"):
+            res = run_py(f"cluster={preset}", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2", cwd=tmp_path,
+                         env=env, *(["experiment=qwen3-4B-grpo-dapo"] if preset == "lium_8xh100" else []))
+            assert res.returncode == 2, res.stderr
+            assert "cluster.lium.pod.image: neither cluster.lium.pod.template_id nor cluster.lium.pod.image" in res.stderr
+            assert "docker/Dockerfile" in res.stderr and "Traceback" not in res.stderr
+        sweep = run_py("-m", "hydra/launcher=lium", "cluster=lium_cpu", "algo.lr=1e-3,2e-3", f"paths.runs_root={tmp_path}/runs",
+                       f"hydra.sweep.dir={tmp_path}/sw", cwd=tmp_path, env=env)
+        assert sweep.returncode == 2 and "cluster.lium.pod.image" in sweep.stderr, sweep.stderr
+    finally:
+        server.shutdown()
+    assert calls == [] and files_under(tmp_path / "runs") == []  # nothing registered, nothing written
 
 
 def test_worker_progress_reports_the_run_dirs_traces_and_the_hub_commit(tmp_path):

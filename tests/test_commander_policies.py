@@ -46,6 +46,11 @@ class MemProvider:
     def wait_ready(self, pod_id: str, timeout: float) -> bool:
         return True
 
+    stock = False  # True: pods run an image without trainstack
+
+    def image_problem(self, pod_id: str, python: str) -> str | None:
+        return "the pod's image has no trainstack (python3 cannot import it)" if self.stock else None
+
     def put_file(self, pod_id: str, remote: str, data: bytes) -> None:
         pass
 
@@ -380,3 +385,13 @@ def test_a_purged_running_run_loses_its_volume_only_after_its_pod_and_a_named_vo
     for _ in range(3):
         mine.tick()
     assert mine.provider.volumes_deleted == [] and mine.run().volume_id == "vol-of-the-user"
+
+
+def test_a_pod_whose_image_has_no_trainstack_fails_the_run_once_and_is_removed(tmp_path):
+    h = Harness(tmp_path, restart_limit=5)
+    h.provider.stock = True
+    for _ in range(4):
+        h.tick()
+    r = h.run()
+    assert r.phase == "failed" and "has no trainstack" in (r.message or "") and "cluster.lium.pod.image" in (r.message or "")
+    assert h.provider.n == 1 and h.provider.started == [] and not h.provider.pods  # no worker, no retry, nothing billing

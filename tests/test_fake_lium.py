@@ -22,7 +22,11 @@ def cheap_node(lium):
     return min(free, key=lambda e: e.price_per_hour)
 
 
+TS_IMAGE = "trainstack/trainstack-slime:test"  # the fake's pods of an image named `...trainstack...` have trainstack
+
+
 def rent(lium, name: str, **kw):
+    kw.setdefault("image", TS_IMAGE)
     return lium.up(executor_id=cheap_node(lium).id, name=name, wait=True, timeout=30, enable_backups=False, **kw)
 
 
@@ -309,3 +313,20 @@ def test_with_backoff_honours_retry_after_and_gives_up_on_refusals():
     assert len(slept) == 3
     with pytest.raises(LiumServerError):  # past the budget: the last failure is raised
         with_backoff(lambda: (_ for _ in ()).throw(LiumServerError("503")), "test", budget_s=0.0, sleep=slept.append)
+
+
+def test_a_stock_template_pod_has_no_trainstack_and_the_provider_says_so(fake_lium):
+    """What `template_id: null` rents: Lium's default PyTorch template, whose image has no trainstack."""
+    from trainstack.commander.provider import LiumProvider
+
+    prov = LiumProvider()
+    with fake_lium.sdk() as lium:
+        stock = lium.up(executor_id=cheap_node(lium).id, name="ts-stock", wait=True, timeout=30, enable_backups=False)
+        ours = rent(lium, "ts-ours")
+        assert lium.exec(stock, command="python3 -c 'import trainstack'")["exit_code"] != 0
+        why = prov.image_problem(stock.id, "python3")
+        assert why is not None and "has no trainstack" in why
+        assert prov.image_problem(ours.id, "python3") is None
+        assert prov.image_problem(ours.id, "/bin/false") is None  # the image's `trainstack` command counts too
+        lium.rm(stock)
+        lium.rm(ours)

@@ -19,7 +19,8 @@ from commander_helpers import TOKEN, CommanderProc, wait_for
 from conftest import ROOT, run_py
 
 pytestmark = pytest.mark.slow
-COMMON = ["cluster=lium_cpu", "env.eval_interval=null", "env.eval_prompt_data=null"]
+IMAGE = "cluster.lium.pod.image=trainstack/trainstack-slime:test"  # the fake's pods of a `trainstack` image have it
+COMMON = ["cluster=lium_cpu", IMAGE, "env.eval_interval=null", "env.eval_prompt_data=null"]
 
 
 class Stack:
@@ -98,7 +99,7 @@ def tracker(run_dir: Path) -> int | None:
 def reference(tmp: Path, n: int, *extra: str) -> Path:
     """The same run trained locally without interruption."""
     res = run_py(f"paths.runs_root={tmp}/ref-runs", f"paths.data_root={tmp}/ref-data", "cluster=local_cpu",
-                 "run_id=ref", *COMMON[1:], f"env.num_rollout={n}", *extra, cwd=tmp, timeout=300)
+                 "run_id=ref", *COMMON[2:], f"env.num_rollout={n}", *extra, cwd=tmp, timeout=300)
     assert res.returncode == 0, res.stderr
     return tmp / "ref-runs" / "ref" / "checkpoints" / f"iter_{n - 1:07d}" / "model.pt"
 

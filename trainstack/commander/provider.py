@@ -273,6 +273,19 @@ class LiumProvider:
             out = lium.exec(pod, command=shlex.join(argv), env=env, detach=True, log_path=log_path, timeout=60)
             return int(out["pid"])
 
+    def image_problem(self, pod_id: str, python: str) -> str | None:
+        """Why the pod's image cannot run the worker (no trainstack for `python`, no `trainstack` command), or
+        None. A stock image (a template without trainstack) is found here, before the worker is started."""
+        q = shlex.quote(python)
+        probe = (f"{q} -c 'import trainstack.worker' 2>/dev/null && exit 0; command -v trainstack >/dev/null && exit 0; "
+                 f"echo \"$({q} --version 2>&1 | head -c 200)\"; exit 3")
+        with self._lium() as lium:
+            out = lium.exec(self._info(lium, pod_id), command=probe, timeout=120)
+        if out["exit_code"] == 0:
+            return None
+        return (f"the pod's image has no trainstack ({python} cannot import it: {out['stdout'].strip() or 'no python'}; "
+                f"no trainstack command)")
+
     def read(self, pod_id: str, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes | None:
         """Bytes of a file on the pod from `offset` (None when the file does not exist)."""
         with self._lium() as lium:

@@ -385,6 +385,13 @@ class Reconciler:
                     return
             if not self.provider.wait_ready(pod_id, req.ready_timeout_s):
                 raise TimeoutError(f"pod {pod_id} not ready within {req.ready_timeout_s:.0f} s")
+            unusable = self.provider.image_problem(pod_id, req.python)
+            if unusable:  # every pod of this template would be the same: failed, not retried (nothing trains)
+                what = f"template {req.template_id}" if req.template_id else f"image {req.image or '(Lium default)'}"
+                self._set(run, "image_unusable", {"pod_id": pod_id, "error": unusable}, phase="failed",
+                          message=f"{unusable}; {what} cannot run trainstack: build docker/Dockerfile and set "
+                                  "cluster.lium.pod.image (docs/lium.md, section 1)")
+                return
             run_dir = req.run_dir(run.run_id)
             spec = dict(run.spec)
             from trainstack.rundir import layout

@@ -215,11 +215,26 @@ def start_local_commander(port: int, public_url: str | None) -> None:
 # ------------------------------------------------------------------------------------------
 # Submitting
 # ------------------------------------------------------------------------------------------
+def image_problem(req) -> ConfigError | None:
+    """A pod without trainstack's image cannot run the worker: with neither a template nor an image, Lium
+    rents its stock PyTorch image (a pod that bills and cannot train), so the launch is refused."""
+    if req.template_id or req.image:
+        return None
+    return ConfigError("cluster.lium.pod.image", "neither cluster.lium.pod.template_id nor cluster.lium.pod.image is "
+                       "set, so Lium would rent its stock PyTorch image, which has no trainstack (the pod would bill "
+                       "and never train)", "build and push docker/Dockerfile, then set cluster.lium.pod.image="
+                       "<you>/trainstack-slime:<tag> (or cluster.lium.pod.template_id=<a Lium template of that image>); "
+                       "docs/lium.md, section 1", value=None)
+
+
 def check(spec: RunSpec) -> None:
-    """What every launch checks, before anything is registered: the resume check and the pod settings."""
+    """What every launch checks, before anything is registered: the pod settings (a pod that can run
+    trainstack), then the resume check."""
     from trainstack.resume import plan
 
-    pod_request(spec)
+    problem = image_problem(pod_request(spec))
+    if problem is not None:
+        raise ConfigErrors([problem])
     plan(spec, RunDir(spec.run_dir))
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from trainstack_dev.fakes.lium_pods import PodProcess, free_port, image_bin, missing_requirements
+from trainstack_dev.fakes.lium_pods import PodProcess, free_port, has_trainstack, image_bin, missing_requirements
 
 DEFAULT_API_KEY = "fake-lium-key"
 USER_ID = "00000000-0000-4000-8000-000000000001"
@@ -168,6 +168,15 @@ class FakeLium:
             if self._image is None:
                 self._image = image_bin(self.root, self.python)
             return self._image
+
+    def image_of(self, pod: FakePod) -> Path:
+        """The pod's image: trainstack's (`.../trainstack...` images) or a stock one without it (Lium's
+        default PyTorch template: what `template_id: null` rents)."""
+        with self.lock:
+            tpl = next((t for t in self.templates if t["id"] == pod.template_id), None)
+        if tpl is None or not has_trainstack(str(tpl.get("docker_image") or "")):
+            return image_bin(self.root, self.python, trainstack=False)
+        return self.image
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Start the HTTP server in a thread; returns the base URL (what LIUM_BASE_URL takes)."""
@@ -366,7 +375,7 @@ class FakeLium:
                     port = free_port()
                 self._ports_taken.add(port)
             proc = PodProcess(pod.id, self.root / "pods" / pod.id, port, vol)
-            self._spawner.submit(proc.start, pod.keys, self.image).result()
+            self._spawner.submit(proc.start, pod.keys, self.image_of(pod)).result()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and proc.alive() and not proc.answers():
                 time.sleep(0.05)
