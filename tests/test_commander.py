@@ -231,8 +231,9 @@ def test_a_lium_launch_without_a_trainstack_template_or_image_is_refused_registe
     env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": f"http://127.0.0.1:{server.server_address[1]}"}
     try:
         for preset in ("lium_cpu", "lium_8xh100"):
-            res = run_py(f"cluster={preset}", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2", cwd=tmp_path,
-                         env=env, *(["experiment=qwen3-4B-grpo-dapo"] if preset == "lium_8xh100" else []))
+            extra = ["experiment=qwen3-4B-grpo-dapo"] if preset == "lium_8xh100" else []
+            res = run_py(f"cluster={preset}", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2", *extra,
+                         cwd=tmp_path, env=env)
             assert res.returncode == 2, res.stderr
             assert "cluster.lium.pod.image: neither cluster.lium.pod.template_id nor cluster.lium.pod.image" in res.stderr
             assert "docker/Dockerfile" in res.stderr and "Traceback" not in res.stderr
@@ -282,3 +283,92 @@ def test_lium_sweep_refuses_points_sharing_a_run_id_and_invalid_points_registeri
     assert "model.hidden_size=65]: model.hidden_size: 65 is not divisible" in invalid.stderr
     assert "Traceback" not in shared.stderr + invalid.stderr
     assert files_under(tmp_path) == []
+
+
+NO_LIUM = {"LIUM_API_KEY": "unused", "LIUM_BASE_URL": "http://127.0.0.1:9"}  # no pod is ever rented
+
+
+def test_a_launch_started_commander_exits_once_its_last_run_has_ended_and_commander_stop_stops_one(tmp_path):
+    """Before, the commander a launch started on the submit host ran forever. Now it exits `--exit-when-idle`
+    seconds after no run is active; `trainstack commander stop` stops the one a launch started."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    cmd = CommanderProc(tmp_path, NO_LIUM, **{"--exit-when-idle": "1.5"}).start()
+    try:
+        admin = cmd.client()
+        register(admin, "idle-a")
+        time.sleep(3)
+        assert cmd.proc.poll() is None  # a run is active (waiting for a pod): it stays
+        admin.post("/v1/runs/idle-a/cancel")
+        t0 = time.monotonic()
+        wait_for(lambda: cmd.proc.poll() is not None, 20, "the idle commander to exit")
+        assert cmd.proc.returncode == 0 and time.monotonic() - t0 < 10
+        assert "no active run for 2 s; exiting" in cmd.log.read_text()
+    finally:
+        cmd.stop()
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "b").mkdir()
+    other = CommanderProc(tmp_path / "b", NO_LIUM).start()
+    try:
+        (home / "commander.pid").write_text(str(other.proc.pid))
+        env = {**os.environ, "TRAINSTACK_HOME": str(home), "PYTHONPATH": str(ROOT)}
+        res = subprocess.run([sys.executable, "-m", "trainstack", "commander", "stop"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0 and f"stopped pid {other.proc.pid}" in res.stderr, res.stderr
+        wait_for(lambda: other.proc.poll() is not None, 20, "the commander to stop")
+        again = subprocess.run([sys.executable, "-m", "trainstack", "commander", "stop"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert again.returncode == 1 and "none started here is running" in again.stderr
+    finally:
+        other.stop()
+
+
+def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
+    """`trainstack resume RUN --spend-limit N` for a run its spend limit paused: the same limit is refused
+    (exit 1, naming the flag), a higher one resumes it and it is not paused again."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    cmd = CommanderProc(tmp_path, NO_LIUM, **{"--backoff": "5", "--backoff-max": "5"}).start()
+    env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": cmd.url}
+    try:
+        res = run_py("cluster=lium_cpu", "cluster.lium.pod.image=me/trainstack-slime:1", "run_id=budget",
+                     "cluster.lium.spend_limit=0.5", "cluster.lium.restart_limit=1000", f"paths.runs_root={tmp_path}/runs",
+                     "env.num_rollout=2", cwd=tmp_path, env=env)
+        assert res.returncode == 0, res.stderr
+        db = sqlite3.connect(cmd.db, timeout=30)  # a pod that billed $0.60 (price $1/h for 36 min)
+        now = time.time()
+        db.execute("INSERT INTO pods(pod_id, run_id, epoch, name, price_per_hour, rented, removed) "
+                   "VALUES ('p0','budget',1,'ts-budget',1.0,?,?)", (now - 0.6 * 3600, now))
+        db.commit()
+        db.close()
+        admin = cmd.client()
+        wait_for(lambda: admin.get("/v1/runs/budget")["phase"] == "paused", 30, "paused at the spend limit")
+
+        def resume(*flags: str):
+            return subprocess.run([sys.executable, "-m", "trainstack", "resume", "budget", "--runs-root",
+                                   str(tmp_path / "runs"), *flags], cwd="/", capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+
+        same = resume()
+        assert same.returncode == 1 and "--spend-limit" in same.stderr and "paused again at once" in same.stderr
+        ok = resume("--spend-limit", "10")
+        assert ok.returncode == 0 and "spend limit $10.00" in ok.stderr, ok.stderr
+        time.sleep(2)  # several reconciler ticks
+        rec = admin.get("/v1/runs/budget")
+        assert rec["desired"] == "running" and rec["phase"] != "paused" and rec["spend_limit"] == 10.0
+        events = [e["event"] for e in admin.get("/v1/runs/budget/events")]
+        assert events.count("spend_limit") == 1 and "spend_limit_set" in events
+    finally:
+        cmd.stop()

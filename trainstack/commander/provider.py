@@ -232,10 +232,23 @@ class LiumProvider:
 
         return with_backoff(once, f"wait for pod {pod_id}", budget_s=max(1.0, timeout))
 
+    _quiet_until = 0.0  # monotonic time before which the listing is not asked again (a 429's Retry-After)
+
     def list_pods(self) -> dict[str, PodRef]:
-        with self._lium() as lium:
-            return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper())
-                    for p in with_backoff(lium.ps, "list pods", budget_s=30.0)}
+        """The pods listed now. Never retried in place (the reconciler's tick must not stall: a failed listing
+        decides nothing, and the next comes a probe interval later); after a 429 no listing is sent before
+        its Retry-After has passed."""
+        from lium.sdk.exceptions import LiumRateLimitError
+
+        wait = self._quiet_until - time.monotonic()
+        if wait > 0:
+            raise RuntimeError(f"Lium asked us to wait {wait:.1f} s more before listing pods again (Retry-After)")
+        try:
+            with self._lium() as lium:
+                return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper()) for p in lium.ps()}
+        except LiumRateLimitError as ex:
+            self._quiet_until = time.monotonic() + float(ex.retry_after or API_BACKOFF_S[0])
+            raise
 
     def remove(self, pod_id: str) -> None:
         """Remove the pod (billing stops); retried on transient failures: a pod left billing is money."""
@@ -248,7 +261,7 @@ class LiumProvider:
                 except LiumNotFoundError:
                     return
 
-        with_backoff(once, f"remove pod {pod_id}")
+        with_backoff(once, f"remove pod {pod_id}", budget_s=30.0)  # in the reconciler's tick: bounded
 
     # ---------------------------------------------------------------- on a pod
     def put_file(self, pod_id: str, remote: str, data: bytes) -> None:
