@@ -356,10 +356,21 @@ def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
         admin = cmd.client()
         wait_for(lambda: admin.get("/v1/runs/budget")["phase"] == "paused", 30, "paused at the spend limit")
 
-        def resume(*flags: str):
-            return subprocess.run([sys.executable, "-m", "trainstack", "resume", "budget", "--runs-root",
-                                   str(tmp_path / "runs"), *flags], cwd="/", capture_output=True, text=True, timeout=60,
+        def trainstack(*argv: str):  # from another directory, no --runs-root: the commander knows the run
+            return subprocess.run([sys.executable, "-m", "trainstack", *argv], cwd=tmp_path / "elsewhere",
+                                  capture_output=True, text=True, timeout=60,
                                   env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+
+        def resume(*flags: str):
+            return trainstack("resume", "budget", *flags)
+
+        (tmp_path / "elsewhere").mkdir()
+        st = trainstack("status", "budget", "--json")
+        assert st.returncode == 0, st.stderr
+        import json
+
+        [row] = json.loads(st.stdout)
+        assert row["run_id"] == "budget" and row["state"] == "paused" and row["cost_usd"] >= 0.5
 
         same = resume()
         assert same.returncode == 1 and "--spend-limit" in same.stderr and "paused again at once" in same.stderr
@@ -370,5 +381,11 @@ def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
         assert rec["desired"] == "running" and rec["phase"] != "paused" and rec["spend_limit"] == 10.0
         events = [e["event"] for e in admin.get("/v1/runs/budget/events")]
         assert events.count("spend_limit") == 1 and "spend_limit_set" in events
+        logs = trainstack("logs", "budget")
+        assert logs.returncode == 0 and "Traceback" not in logs.stderr, logs.stderr
+        gone = trainstack("cancel", "budget", "--purge")
+        assert gone.returncode == 0 and "and delete its volume" in gone.stderr, gone.stderr
+        wait_for(lambda: admin.get("/v1/runs/budget")["phase"] == "cancelled", 30, "cancelled")
+        assert "purge_requested" in [e["event"] for e in admin.get("/v1/runs/budget/events")]
     finally:
         cmd.stop()

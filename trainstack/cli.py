@@ -182,10 +182,10 @@ def cmd_logs(ns: argparse.Namespace) -> int:
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch.registry import get
     from trainstack.rundir.targets import bad_target, find_run
-    from trainstack.status import collect
+    from trainstack.status import collect, locate
 
     try:
-        if find_run(ns.run, ns.runs_root) is None:
+        if find_run(locate(ns.run, ns.runs_root), ns.runs_root) is None:
             raise ConfigErrors([bad_target(ns.run, ns.runs_root)])
         row = collect([ns.run], ns.runs_root)[0]
         launcher = get(row.launcher)

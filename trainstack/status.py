@@ -63,12 +63,31 @@ def _run_row(ref: RunRef) -> Row:
                job_name=slurm.get("job_name"), logs=dict(ref.logs or slurm.get("logs") or {}))
 
 
+def locate(target: str, runs_root: str = "runs") -> str:
+    """A run id that is not under the runs root: the run dir a launcher's own records know for it (a Lium
+    run launched from another directory: the commander knows it), else the target unchanged."""
+    from trainstack.rundir.targets import find_run
+
+    if "/" in target or layout.is_sweep_dir(target) or find_run(target, runs_root) is not None:
+        return target
+    from trainstack.launch import registry
+
+    for name in registry.names():
+        try:
+            found = registry.launcher_class(name).locate(target)
+        except ConfigErrors:
+            continue
+        if found is not None:
+            return str(found)
+    return target
+
+
 def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
     """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
     for corrupt files in their run directories."""
     from trainstack.rundir import check
 
-    refs = expand(targets, runs_root)
+    refs = expand([locate(t, runs_root) for t in targets], runs_root)
     check.require_readable([r.run_dir for r in refs], skip=(layout.METRICS,))
     from trainstack.rundir.progress import require_readable_tails
 

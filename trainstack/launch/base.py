@@ -173,6 +173,12 @@ class Launcher:
                     pass
         return code
 
+    @classmethod
+    def locate(cls, run_id: str) -> Path | None:
+        """The run dir of `run_id` on this host as this launcher's own records know it (a run launched from
+        another directory), or None. Asked by status/logs/cancel when the id is not under the runs root."""
+        return None
+
     # `cancel(rows, dry, purge=True)` (`trainstack cancel --purge`): the launcher also deletes what its runs
     # keep outside the run dir (Lium: the run's volume); launchers without such storage refuse --purge.
     purges: ClassVar[bool] = False

@@ -353,6 +353,12 @@ class LiumLauncher(Launcher):
                        else CommanderFailure(f"{rid}: {rec['phase']}: {rec.get('message')}"))
         return out
 
+    @classmethod
+    def locate(cls, run_id: str) -> Path | None:
+        from trainstack.launch.lium_status import locate
+
+        return locate(run_id)
+
     # --- following: the commander's record is the truth (trainstack/launch/lium_status.py) ---
     def status(self, rows: Sequence["Row"]) -> None:
         from trainstack.launch.lium_status import fill_lium

@@ -26,6 +26,32 @@ def _client(run_dir: str | Path):
     return CommanderClient(url, token), None
 
 
+def locate(run_id: str) -> Path | None:
+    """Where the commander says `run_id` was launched from (its spec records the submit host's run dir),
+    when that run dir is on this host: `trainstack status|logs|cancel RUN` from any directory. Asks the
+    commander at $TRAINSTACK_COMMANDER_URL, else the one a launch starts on this host; nothing without
+    $TRAINSTACK_COMMANDER_TOKEN."""
+    import os
+
+    from trainstack.commander.client import CommanderClient, CommanderError
+    from trainstack.commander.server import TOKEN_ENV, URL_ENV
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(token) < 16 or not run_id or "/" in run_id:
+        return None
+    from trainstack.launch.lium import LiumSettings
+
+    url = os.environ.get(URL_ENV) or f"http://127.0.0.1:{LiumSettings().commander_port}"
+    try:
+        spec = CommanderClient(url, token, timeout=3).get(f"/v1/runs/{run_id}/spec")
+    except CommanderError:
+        return None
+    where = ((spec.get("extra") or {}).get("lium") or {}).get("submit_run_dir") if isinstance(spec, dict) else None
+    if not where or not layout.is_run_dir(Path(where)):
+        return None
+    return Path(where)
+
+
 def record(run_dir: str | Path, run_id: str) -> tuple[dict[str, Any] | None, str | None]:
     from trainstack.commander.client import CommanderError
 
