@@ -113,10 +113,23 @@ def cancel_lium(rows: Sequence[Any], dry: bool, purge: bool = False) -> int:
     return code
 
 
+def _local_again(client):
+    """The commander of this host (one a launch started, state in ~/.trainstack), started again when the
+    run's commander URL is that local one; else the client unchanged (its error is the one to report)."""
+    from urllib.parse import urlparse
+
+    from trainstack.launch.lium import LiumSettings, commander
+
+    url = urlparse(client.url)
+    if url.hostname != "127.0.0.1" or not url.port:
+        return client
+    return commander(LiumSettings(commander_port=url.port), start=True)
+
+
 def resume_lium(rows: Sequence[Any], spend_limit: float | None, sweep_spend_limit: float | None,
                 from_scratch: bool) -> int:
     """Resume paused runs, with new spend limits (a run paused at its limit is refused with the limit to set)."""
-    from trainstack.commander.client import CommanderError
+    from trainstack.commander.client import CommanderError, Unreachable
 
     code = 0
     body = {k: v for k, v in (("spend_limit", spend_limit), ("sweep_spend_limit", sweep_spend_limit)) if v is not None}
@@ -127,7 +140,11 @@ def resume_lium(rows: Sequence[Any], spend_limit: float | None, sweep_spend_limi
             code = 2
             continue
         try:
-            got = client.post(f"/v1/runs/{r.run_id}/resume" + ("?from_scratch=true" if from_scratch else ""), body)
+            try:
+                got = client.post(f"/v1/runs/{r.run_id}/resume" + ("?from_scratch=true" if from_scratch else ""), body)
+            except Unreachable:  # the commander a launch started here exits when idle (a paused run is): again
+                client = _local_again(client)
+                got = client.post(f"/v1/runs/{r.run_id}/resume" + ("?from_scratch=true" if from_scratch else ""), body)
         except CommanderError as ex:
             print(f"trainstack resume: {r.run_id}: {ex.detail}", file=sys.stderr)
             code = code or 1

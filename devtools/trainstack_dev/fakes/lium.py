@@ -12,7 +12,8 @@ kill a pod (its sshd and every process started through it; the pod then disappea
 listing or shows FAILED), freeze/thaw it (SIGSTOP/SIGCONT of all its processes), a removal that
 leaves the pod's processes running (a node the platform lost contact with), the next rents
 failing with 5xx or 429 (before or after creating the pod), pods that never become ready, slow pods,
-pods left out of listings, and 429 (with Retry-After) / 5xx answers on any route (`faults.api`).
+pods left out of listings, 429 (with Retry-After) / 5xx answers on any route (`faults.api`), and no
+capacity (`faults.sold_out_until`: every node lists 0 free GPUs and refuses rents).
 As on the service: a rented GPU is not rentable (`available_gpu_count`); `termination_hours` removes
 the pod that long after the rent (`hour_s` seconds an hour, so tests can wait for it); `image=`
 rents make a one-time template (`POST /templates`), deleted with its pod.
@@ -82,6 +83,7 @@ class Faults:
     # any route: {"status": 429|5xx, "times": N, "retry_after": s, "method": "GET", "path": "regex"} (the next N
     # requests that match answer that status, before doing anything; method/path default: every route)
     api: list[dict[str, Any]] = field(default_factory=list)
+    sold_out_until: float = 0.0  # epoch seconds: until then every node lists 0 free GPUs and refuses rents (capacity)
 
 
 @dataclass
@@ -281,6 +283,8 @@ class FakeLium:
 
     def _free_gpus(self, executor: dict[str, Any]) -> int:
         """GPUs of the node no live pod holds: a rented GPU is not rentable (GPU splitting)."""
+        if time.time() < self.faults.sold_out_until:  # capacity refusal: everything is rented by others
+            return 0
         with self.lock:
             used = sum(p.gpu_count for p in self.pods.values() if p.executor["id"] == executor["id"] and not p.failed)
         return max(0, int(executor["gpu_count"]) - used)
