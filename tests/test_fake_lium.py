@@ -341,3 +341,17 @@ def test_a_stock_template_pod_has_no_trainstack_and_the_provider_says_so(fake_li
         assert prov.image_problem(ours.id, "/bin/false") is None  # the image's `trainstack` command counts too
         lium.rm(stock)
         lium.rm(ours)
+
+
+def test_sold_out_lists_no_free_gpu_and_the_provider_finds_no_node(fake_lium):
+    from trainstack.commander.provider import LiumProvider, NoNode, PodRequest
+
+    fake_lium.fake.set_faults(sold_out_until=time.time() + 30)
+    with fake_lium.sdk() as lium:
+        assert {e.available_gpu_count for e in lium.ls()} == {0}
+    with pytest.raises(NoNode, match="no node with 1x"):
+        LiumProvider().rent(PodRequest(volume=None), "ts-sold-out", "key-sold-out", None)
+    fake_lium.fake.set_faults(sold_out_until=0.0)
+    with fake_lium.sdk() as lium:
+        assert 0 not in {e.available_gpu_count for e in lium.ls()}
+    assert fake_lium.fake.live_pods() == []
