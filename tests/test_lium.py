@@ -123,6 +123,9 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
     wait_for(lambda: not fake_lium.fake.live_pods(), 20, "both pods removed")
     assert fake_lium.fake.running_processes() == []
     assert len(fake_lium.fake.removed) == 2
+    for rid in ids:  # billing stops at the next reconciler pass after the worker's last report, not minutes later
+        ev = {e["event"]: e["time"] for e in stack.admin.get(f"/v1/runs/{rid}/events")}
+        assert ev["pod_removed"] - ev["worker_finished"] < 5.0, ev
     st = stack.trainstack("status", str(sweep), "--json")
     assert st.returncode == 0, st.stderr
     rows = {r["run_id"]: r for r in json.loads(st.stdout)}
