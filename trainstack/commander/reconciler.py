@@ -269,7 +269,8 @@ class Reconciler:
         have = "no checkpoint" if found is None else f"only checkpoint {found}"
         return (f"volume lost: the run had checkpoint {run.last_checkpoint}, its run dir on the new pod has {have}, "
                 f"and there is no Hub copy (hub.repo_id); paused instead of training from rollout 0. Recover the "
-                f"volume, or resume from scratch: POST /v1/runs/{run.run_id}/resume?from_scratch=true")
+                f"volume, or train from rollout 0: trainstack resume {run.run_id} --from-scratch "
+                f"(POST /v1/runs/{run.run_id}/resume?from_scratch=true)")
 
     def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
