@@ -395,3 +395,83 @@ def test_a_pod_whose_image_has_no_trainstack_fails_the_run_once_and_is_removed(t
     r = h.run()
     assert r.phase == "failed" and "has no trainstack" in (r.message or "") and "cluster.lium.pod.image" in (r.message or "")
     assert h.provider.n == 1 and h.provider.started == [] and not h.provider.pods  # no worker, no retry, nothing billing
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["429", "5xx", "conn"]), st.floats(0, 20)), max_size=6),
+       st.floats(0, 200))
+def test_with_backoff_waits_at_least_each_retry_after_and_never_past_its_budget(failures, budget):
+    """Any sequence of transient failures (429 with a Retry-After, 5xx, connection errors): every pause is at
+    least what a 429 asked; the pauses never add up past the budget; past it the last failure is raised."""
+    import requests
+    from lium.sdk.exceptions import LiumRateLimitError, LiumServerError
+
+    from trainstack.commander import provider
+
+    clock = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock[0] += s
+
+    pending = []
+    for kind, after in failures:
+        ex: Exception
+        if kind == "429":
+            ex = LiumRateLimitError("rate")
+            ex.retry_after = after
+        else:
+            ex = LiumServerError("503") if kind == "5xx" else requests.ConnectionError("down")
+        pending.append(ex)
+    asked = [getattr(e, "retry_after", 0.0) or 0.0 for e in pending]
+
+    def call():
+        if pending:
+            raise pending.pop(0)
+        return "ok"
+
+    real = provider.time.monotonic
+    provider.time.monotonic = lambda: clock[0]  # type: ignore[assignment]
+    try:
+        try:
+            got = provider.with_backoff(call, "prop", budget_s=budget, sleep=sleep)
+        except (LiumRateLimitError, LiumServerError, requests.ConnectionError):
+            got = None
+    finally:
+        provider.time.monotonic = real  # type: ignore[assignment]
+    assert sum(slept) <= budget + 1e-9
+    assert all(s >= a for s, a in zip(slept, asked))
+    assert (got == "ok") == (len(slept) == len(failures))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0.01, 50), st.floats(0.01, 100))
+def test_a_spend_limit_pause_resumes_exactly_when_the_new_limit_is_above_the_spend(spent, new_limit):
+    """(A new limit a few microdollars above the spend is reached again by the new pod's first seconds: that
+    pause is the limit doing its job, so the margin here is a cent.)"""
+    import tempfile
+    from pathlib import Path
+
+    from hypothesis import assume
+
+    assume(abs(new_limit - spent) > 0.01)
+
+    with tempfile.TemporaryDirectory() as d:
+        h = Harness(Path(d))
+        with h.store.tx() as db:
+            Store.update(db, "r", spend_limit=spent / 2)
+        h.spent(spent)
+        for _ in range(3):
+            h.tick()
+        assert h.run().phase == "paused"
+        cost = h.run().cost_usd
+        answer = h.api().post("/v1/runs/r/resume", json={"spend_limit": new_limit})
+        assert (answer.status_code == 200) == (new_limit > cost), answer.text
+        for _ in range(3):
+            h.tick()
+        assert h.run().phase == ("starting" if new_limit > cost else "paused")
+        assert h.events().count("spend_limit") == 1  # never paused again by the limit it was resumed with
