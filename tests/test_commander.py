@@ -389,3 +389,21 @@ def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
         assert "purge_requested" in [e["event"] for e in admin.get("/v1/runs/budget/events")]
     finally:
         cmd.stop()
+
+
+def test_the_commander_a_launch_starts_is_told_to_exit_when_idle(tmp_path, monkeypatch):
+    import subprocess
+
+    from trainstack.launch import lium
+
+    started: list[list[str]] = []
+
+    class Proc:
+        pid = 4242
+
+    monkeypatch.setattr(lium, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv) or Proc())
+    lium.start_local_commander(8781, None)
+    [argv] = started
+    assert argv[argv.index("--exit-when-idle") + 1] == str(lium.LOCAL_IDLE_EXIT_S)
+    assert (tmp_path / "commander.pid").read_text() == "4242"
