@@ -4,7 +4,8 @@ run's worker token (only that run's lease endpoints). Every change is committed 
 
 Workers:   POST /v1/runs/{id}/lease/acquire | renew | report   (fenced: epoch + holder)
 Admin:     POST /v1/runs (register), GET /v1/runs[?sweep=], GET /v1/runs/{id}, GET /v1/runs/{id}/events,
-           GET /v1/leases, GET /v1/events, POST /v1/runs/{id}/cancel | pause | resume,
+           GET /v1/leases, GET /v1/events, POST /v1/runs/{id}/cancel[?purge=] | pause | resume[?from_scratch=]
+           (resume's body: new spend limits),
            POST /v1/runs/{id}/lease/force-release, GET /v1/runs/{id}/logs, PUT /v1/sweeps/{sweep}
 """
 from __future__ import annotations

@@ -8,7 +8,9 @@ Each tick, per run:
 - lease expired, pod gone or failed, or the worker never took its lease: remove the pod (billing)
   and provision again after a backoff, up to the run's restart limit;
 - finished / failed / cancelled / paused: its pods are removed; cancel and pause first let the
-  worker checkpoint and release (the worker learns it from its next renewal);
+  worker checkpoint and release (the worker learns it from its next renewal); an ended run's volume
+  (one the commander made) is deleted `volume_retention_s` after it ended, at once when purged;
+- a new pod whose image cannot run trainstack fails the run once (no retries, pod removed);
 - spend limit of the run or its sweep reached: the run is paused (and so its pods removed);
 - any pod named for one of our runs that is not that run's current pod is removed (a rent whose
   answer was lost, a commander killed between renting and recording).
