@@ -10,7 +10,8 @@ from conftest import files_under, run_py
 from trainstack.commander.client import CommanderClient, CommanderError
 
 # `python: /bin/false`: the worker command exits at once, so these tests play the worker themselves
-CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto", "python": "/bin/false"}
+CPU_POD = {"gpu_type": "RTX4090", "gpu_count": 1, "volume": "auto", "python": "/bin/false",
+           "image": "trainstack/trainstack-slime:test"}
 
 
 def spec_of(run_id: str) -> dict:
@@ -194,7 +195,8 @@ def run_of_db(cmd: CommanderProc, run_id: str) -> dict:
 
 def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothing(tmp_path):
     env = {"TRAINSTACK_COMMANDER_TOKEN": "", "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
-    common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2"]
+    common = ["cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2",
+              "cluster.lium.pod.image=me/trainstack-slime:1"]
     bad = run_py(*common, "cluster.lium.pod.gpu_typo=H100", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
     assert bad.returncode == 2 and "cluster.lium.pod.gpu_typo: not a Lium pod setting" in bad.stderr, bad.stderr
     nodes = run_py(*common, "cluster.num_nodes=2", cwd=tmp_path, env={**env, "TRAINSTACK_COMMANDER_TOKEN": TOKEN})
@@ -203,6 +205,44 @@ def test_lium_launch_refuses_bad_pod_settings_and_a_missing_token_writing_nothin
     assert no_token.returncode == 2 and "TRAINSTACK_COMMANDER_TOKEN" in no_token.stderr, no_token.stderr
     assert "openssl rand" in no_token.stderr and "Traceback" not in no_token.stderr + bad.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_lium_launch_without_a_trainstack_template_or_image_is_refused_registering_nothing(tmp_path):
+    """Both presets leave template_id and image null: before, the launch registered the run and the commander
+    rented Lium's stock PyTorch image, a pod that bills and cannot start the worker."""
+    calls: list[str] = []
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    class Commander(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            calls.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Commander)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": f"http://127.0.0.1:{server.server_address[1]}"}
+    try:
+        for preset in ("lium_cpu", "lium_8xh100"):
+            extra = ["experiment=qwen3-4B-grpo-dapo"] if preset == "lium_8xh100" else []
+            res = run_py(f"cluster={preset}", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=2", *extra,
+                         cwd=tmp_path, env=env)
+            assert res.returncode == 2, res.stderr
+            assert "cluster.lium.pod.image: neither cluster.lium.pod.template_id nor cluster.lium.pod.image" in res.stderr
+            assert "docker/Dockerfile" in res.stderr and "Traceback" not in res.stderr
+        sweep = run_py("-m", "hydra/launcher=lium", "cluster=lium_cpu", "algo.lr=1e-3,2e-3", f"paths.runs_root={tmp_path}/runs",
+                       f"hydra.sweep.dir={tmp_path}/sw", cwd=tmp_path, env=env)
+        assert sweep.returncode == 2 and "cluster.lium.pod.image" in sweep.stderr, sweep.stderr
+    finally:
+        server.shutdown()
+    assert calls == [] and files_under(tmp_path / "runs") == []  # nothing registered, nothing written
 
 
 def test_worker_progress_reports_the_run_dirs_traces_and_the_hub_commit(tmp_path):
@@ -243,3 +283,127 @@ def test_lium_sweep_refuses_points_sharing_a_run_id_and_invalid_points_registeri
     assert "model.hidden_size=65]: model.hidden_size: 65 is not divisible" in invalid.stderr
     assert "Traceback" not in shared.stderr + invalid.stderr
     assert files_under(tmp_path) == []
+
+
+NO_LIUM = {"LIUM_API_KEY": "unused", "LIUM_BASE_URL": "http://127.0.0.1:9"}  # no pod is ever rented
+
+
+def test_a_launch_started_commander_exits_once_its_last_run_has_ended_and_commander_stop_stops_one(tmp_path):
+    """Before, the commander a launch started on the submit host ran forever. Now it exits `--exit-when-idle`
+    seconds after no run is active; `trainstack commander stop` stops the one a launch started."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    cmd = CommanderProc(tmp_path, NO_LIUM, **{"--exit-when-idle": "1.5"}).start()
+    try:
+        admin = cmd.client()
+        register(admin, "idle-a")
+        time.sleep(3)
+        assert cmd.proc.poll() is None  # a run is active (waiting for a pod): it stays
+        admin.post("/v1/runs/idle-a/cancel")
+        t0 = time.monotonic()
+        wait_for(lambda: cmd.proc.poll() is not None, 20, "the idle commander to exit")
+        assert cmd.proc.returncode == 0 and time.monotonic() - t0 < 10
+        assert "no active run for 2 s; exiting" in cmd.log.read_text()
+    finally:
+        cmd.stop()
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "b").mkdir()
+    other = CommanderProc(tmp_path / "b", NO_LIUM).start()
+    try:
+        (home / "commander.pid").write_text(str(other.proc.pid))
+        env = {**os.environ, "TRAINSTACK_HOME": str(home), "PYTHONPATH": str(ROOT)}
+        res = subprocess.run([sys.executable, "-m", "trainstack", "commander", "stop"], env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0 and f"stopped pid {other.proc.pid}" in res.stderr, res.stderr
+        wait_for(lambda: other.proc.poll() is not None, 20, "the commander to stop")
+        again = subprocess.run([sys.executable, "-m", "trainstack", "commander", "stop"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert again.returncode == 1 and "none started here is running" in again.stderr
+    finally:
+        other.stop()
+
+
+def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
+    """`trainstack resume RUN --spend-limit N` for a run its spend limit paused: the same limit is refused
+    (exit 1, naming the flag), a higher one resumes it and it is not paused again."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    cmd = CommanderProc(tmp_path, NO_LIUM, **{"--backoff": "5", "--backoff-max": "5"}).start()
+    env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": cmd.url}
+    try:
+        res = run_py("cluster=lium_cpu", "cluster.lium.pod.image=me/trainstack-slime:1", "run_id=budget",
+                     "cluster.lium.spend_limit=0.5", "cluster.lium.restart_limit=1000", f"paths.runs_root={tmp_path}/runs",
+                     "env.num_rollout=2", cwd=tmp_path, env=env)
+        assert res.returncode == 0, res.stderr
+        db = sqlite3.connect(cmd.db, timeout=30)  # a pod that billed $0.60 (price $1/h for 36 min)
+        now = time.time()
+        db.execute("INSERT INTO pods(pod_id, run_id, epoch, name, price_per_hour, rented, removed) "
+                   "VALUES ('p0','budget',1,'ts-budget',1.0,?,?)", (now - 0.6 * 3600, now))
+        db.commit()
+        db.close()
+        admin = cmd.client()
+        wait_for(lambda: admin.get("/v1/runs/budget")["phase"] == "paused", 30, "paused at the spend limit")
+
+        def trainstack(*argv: str):  # from another directory, no --runs-root: the commander knows the run
+            return subprocess.run([sys.executable, "-m", "trainstack", *argv], cwd=tmp_path / "elsewhere",
+                                  capture_output=True, text=True, timeout=60,
+                                  env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+
+        def resume(*flags: str):
+            return trainstack("resume", "budget", *flags)
+
+        (tmp_path / "elsewhere").mkdir()
+        st = trainstack("status", "budget", "--json")
+        assert st.returncode == 0, st.stderr
+        import json
+
+        [row] = json.loads(st.stdout)
+        assert row["run_id"] == "budget" and row["state"] == "paused" and row["cost_usd"] >= 0.5
+
+        same = resume()
+        assert same.returncode == 1 and "--spend-limit" in same.stderr and "paused again at once" in same.stderr
+        ok = resume("--spend-limit", "10")
+        assert ok.returncode == 0 and "spend limit $10.00" in ok.stderr, ok.stderr
+        time.sleep(2)  # several reconciler ticks
+        rec = admin.get("/v1/runs/budget")
+        assert rec["desired"] == "running" and rec["phase"] != "paused" and rec["spend_limit"] == 10.0
+        events = [e["event"] for e in admin.get("/v1/runs/budget/events")]
+        assert events.count("spend_limit") == 1 and "spend_limit_set" in events
+        logs = trainstack("logs", "budget")
+        assert logs.returncode == 0 and "Traceback" not in logs.stderr, logs.stderr
+        gone = trainstack("cancel", "budget", "--purge")
+        assert gone.returncode == 0 and "and delete its volume" in gone.stderr, gone.stderr
+        wait_for(lambda: admin.get("/v1/runs/budget")["phase"] == "cancelled", 30, "cancelled")
+        assert "purge_requested" in [e["event"] for e in admin.get("/v1/runs/budget/events")]
+    finally:
+        cmd.stop()
+
+
+def test_the_commander_a_launch_starts_is_told_to_exit_when_idle(tmp_path, monkeypatch):
+    import subprocess
+
+    from trainstack.launch import lium
+
+    started: list[list[str]] = []
+
+    class Proc:
+        pid = 4242
+
+    monkeypatch.setattr(lium, "STATE_DIR", tmp_path)
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv) or Proc())
+    lium.start_local_commander(8781, None)
+    [argv] = started
+    assert argv[argv.index("--exit-when-idle") + 1] == str(lium.LOCAL_IDLE_EXIT_S)
+    assert (tmp_path / "commander.pid").read_text() == "4242"

@@ -130,7 +130,7 @@ def test_a_commander_refusal_is_a_commander_failure_not_bad_input(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         r = subprocess.run([sys.executable, str(ROOT / "run.py"), "cluster=lium_cpu", "env.num_rollout=2",
-                            f"cluster.lium.commander_url=http://127.0.0.1:{server.server_address[1]}"],
+                            "cluster.lium.pod.image=me/trainstack-slime:1", f"cluster.lium.commander_url=http://127.0.0.1:{server.server_address[1]}"],
                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT),
                                               "TRAINSTACK_COMMANDER_TOKEN": "t" * 24},
                            capture_output=True, text=True, timeout=120)

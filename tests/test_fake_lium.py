@@ -22,7 +22,11 @@ def cheap_node(lium):
     return min(free, key=lambda e: e.price_per_hour)
 
 
+TS_IMAGE = "trainstack/trainstack-slime:test"  # the fake's pods of an image named `...trainstack...` have trainstack
+
+
 def rent(lium, name: str, **kw):
+    kw.setdefault("image", TS_IMAGE)
     return lium.up(executor_id=cheap_node(lium).id, name=name, wait=True, timeout=30, enable_backups=False, **kw)
 
 
@@ -224,3 +228,130 @@ def test_lium_local_script_up_status_down(tmp_path):
         down = subprocess.run([script, "down"], env=env, capture_output=True, text=True, timeout=30)
     assert down.returncode == 0 and "stopped" in down.stderr
     assert not (tmp_path / "ll" / "fake.json").exists()
+
+
+def test_an_image_rent_makes_a_one_time_template_deleted_with_its_pod(fake_lium):
+    """`lium.up(image=...)` as lium.io 0.32 sends it: `POST /templates` (private, one-time, port 22), then the
+    rent names that template. Before, the fake had no `POST /templates` and every `image=` rent failed."""
+    with fake_lium.sdk() as lium:
+        pod = rent(lium, "ts-image", image="me/trainstack-slime:0.1")
+        made = [r for r in fake_lium.fake.requests if r["method"] == "POST" and r["path"] == "/templates"]
+        assert len(made) == 1 and made[0]["body"]["one_time_template"] is True
+        assert made[0]["body"]["docker_image"] == "me/trainstack-slime:0.1"
+        tpl = next(t for t in fake_lium.fake.templates if t.get("one_time_template"))
+        assert (tpl["docker_image"], tpl["docker_image_tag"]) == ("me/trainstack-slime", "0.1")
+        assert fake_lium.fake.pod_by_name("ts-image").template_id == tpl["id"]
+        lium.rm(pod)
+        assert not any(t.get("one_time_template") for t in fake_lium.fake.templates)
+
+
+def test_termination_hours_removes_the_pod_when_they_are_up(fake_lium):
+    from lium.sdk.exceptions import LiumError
+
+    fake_lium.fake.hour_s = 1.0  # an "hour" of this fake is a second
+    with fake_lium.sdk() as lium:
+        with pytest.raises(LiumError, match="termination_hours"):
+            lium.up(executor_id=cheap_node(lium).id, name="ts-ttl-bad", termination_hours=721, enable_backups=False)
+        lium.up(executor_id=cheap_node(lium).id, name="ts-ttl", termination_hours=2, enable_backups=False)
+        [row] = lium.ps()
+        assert row.removal_scheduled_at is not None
+        t0 = time.monotonic()
+        while lium.ps() and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        assert lium.ps() == [] and 1.5 <= time.monotonic() - t0 < 5
+    gone = [r for r in fake_lium.fake.removed if r["name"] == "ts-ttl"]
+    assert gone and gone[0]["reason"].startswith("scheduled removal")
+    assert fake_lium.fake.running_processes() == []
+
+
+def test_api_faults_on_every_route_are_ridden_out_by_the_commanders_provider(fake_lium):
+    """503 on every route, then 429 with Retry-After: the provider's volume, rent, listing and removal all
+    succeed with backoff, make one volume and one pod, and wait at least what Retry-After asked."""
+    from trainstack.commander.provider import LiumProvider, PodRequest
+
+    fake = fake_lium.fake
+    prov = LiumProvider()
+    fake.set_faults(api=[{"status": 503, "times": 3}])
+    vol = prov.ensure_volume("trainstack-faults")
+    assert len(fake.volumes) == 1 and vol in fake.volumes
+    fake.set_faults(api=[{"status": 503, "times": 2, "method": "POST", "path": "rent$"}])
+    pod = prov.rent(PodRequest(gpu_type="RTX4090", volume=None), "ts-faults", "key-faults", None)
+    assert [p.id for p in fake.live_pods()] == [pod.id]
+    fake.set_faults(api=[{"status": 429, "times": 3, "retry_after": 3, "method": "GET", "path": "^volumes$"}])
+    t0 = time.time()
+    assert prov.ensure_volume("trainstack-faults") == vol  # the SDK's 3 tries refused: we wait what Lium asked
+    listed = [r for r in fake.requests if r["method"] == "GET" and r["path"] == "/volumes" and r["time"] >= t0]
+    refused = [r for r in listed if r.get("injected") == 429]
+    answered = [r for r in listed if not r.get("injected")]
+    assert len(refused) == 3 and answered and answered[0]["time"] - refused[-1]["time"] >= 3.0  # Retry-After honoured
+    # the listing (in the reconciler's tick) is not retried in place, and not asked again before Retry-After
+    from lium.sdk.exceptions import LiumRateLimitError
+
+    fake.set_faults(api=[{"status": 429, "times": 3, "retry_after": 2, "method": "GET", "path": "^pods$"}])
+    with pytest.raises(LiumRateLimitError):
+        prov.list_pods()
+    sent = len(fake.requests)
+    with pytest.raises(RuntimeError, match="Retry-After"):
+        prov.list_pods()
+    assert len(fake.requests) == sent  # nothing sent
+    time.sleep(2.1)
+    assert pod.id in prov.list_pods()
+    fake.set_faults(api=[{"status": 502, "times": 2, "method": "DELETE"}])
+    prov.remove(pod.id)
+    prov.delete_volume(vol)
+    assert fake.live_pods() == [] and fake.volumes == {} and fake.running_processes() == []
+    assert fake.faults.api == []  # every injected fault was met
+
+
+def test_with_backoff_honours_retry_after_and_gives_up_on_refusals():
+    from lium.sdk.exceptions import LiumNotFoundError, LiumRateLimitError, LiumServerError
+
+    from trainstack.commander.provider import with_backoff
+
+    slept: list[float] = []
+    errors = [LiumServerError("503"), LiumRateLimitError("slow down"), LiumServerError("502")]
+    errors[1].retry_after = 7.0
+
+    def flaky():
+        if errors:
+            raise errors.pop(0)
+        return "ok"
+
+    assert with_backoff(flaky, "test", budget_s=60, sleep=slept.append) == "ok"
+    assert len(slept) == 3 and slept[1] >= 7.0 and all(s > 0 for s in slept)
+    with pytest.raises(LiumNotFoundError):  # not transient: raised at once
+        with_backoff(lambda: (_ for _ in ()).throw(LiumNotFoundError("gone")), "test", sleep=slept.append)
+    assert len(slept) == 3
+    with pytest.raises(LiumServerError):  # past the budget: the last failure is raised
+        with_backoff(lambda: (_ for _ in ()).throw(LiumServerError("503")), "test", budget_s=0.0, sleep=slept.append)
+
+
+def test_a_stock_template_pod_has_no_trainstack_and_the_provider_says_so(fake_lium):
+    """What `template_id: null` rents: Lium's default PyTorch template, whose image has no trainstack."""
+    from trainstack.commander.provider import LiumProvider
+
+    prov = LiumProvider()
+    with fake_lium.sdk() as lium:
+        stock = lium.up(executor_id=cheap_node(lium).id, name="ts-stock", wait=True, timeout=30, enable_backups=False)
+        ours = rent(lium, "ts-ours")
+        assert lium.exec(stock, command="python3 -c 'import trainstack'")["exit_code"] != 0
+        why = prov.image_problem(stock.id, "python3")
+        assert why is not None and "has no trainstack" in why
+        assert prov.image_problem(ours.id, "python3") is None
+        assert prov.image_problem(ours.id, "/bin/false") is None  # the image's `trainstack` command counts too
+        lium.rm(stock)
+        lium.rm(ours)
+
+
+def test_sold_out_lists_no_free_gpu_and_the_provider_finds_no_node(fake_lium):
+    from trainstack.commander.provider import LiumProvider, NoNode, PodRequest
+
+    fake_lium.fake.set_faults(sold_out_until=time.time() + 30)
+    with fake_lium.sdk() as lium:
+        assert {e.available_gpu_count for e in lium.ls()} == {0}
+    with pytest.raises(NoNode, match="no node with 1x"):
+        LiumProvider().rent(PodRequest(volume=None), "ts-sold-out", "key-sold-out", None)
+    fake_lium.fake.set_faults(sold_out_until=0.0)
+    with fake_lium.sdk() as lium:
+        assert 0 not in {e.available_gpu_count for e in lium.ls()}
+    assert fake_lium.fake.live_pods() == []

@@ -19,7 +19,8 @@ from commander_helpers import TOKEN, CommanderProc, wait_for
 from conftest import ROOT, run_py
 
 pytestmark = pytest.mark.slow
-COMMON = ["cluster=lium_cpu", "env.eval_interval=null", "env.eval_prompt_data=null"]
+IMAGE = "cluster.lium.pod.image=trainstack/trainstack-slime:test"  # the fake's pods of a `trainstack` image have it
+COMMON = ["cluster=lium_cpu", IMAGE, "env.eval_interval=null", "env.eval_prompt_data=null"]
 
 
 class Stack:
@@ -98,7 +99,7 @@ def tracker(run_dir: Path) -> int | None:
 def reference(tmp: Path, n: int, *extra: str) -> Path:
     """The same run trained locally without interruption."""
     res = run_py(f"paths.runs_root={tmp}/ref-runs", f"paths.data_root={tmp}/ref-data", "cluster=local_cpu",
-                 "run_id=ref", *COMMON[1:], f"env.num_rollout={n}", *extra, cwd=tmp, timeout=300)
+                 "run_id=ref", *COMMON[2:], f"env.num_rollout={n}", *extra, cwd=tmp, timeout=300)
     assert res.returncode == 0, res.stderr
     return tmp / "ref-runs" / "ref" / "checkpoints" / f"iter_{n - 1:07d}" / "model.pt"
 
@@ -122,6 +123,9 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
     wait_for(lambda: not fake_lium.fake.live_pods(), 20, "both pods removed")
     assert fake_lium.fake.running_processes() == []
     assert len(fake_lium.fake.removed) == 2
+    for rid in ids:  # billing stops at the next reconciler pass after the worker's last report, not minutes later
+        ev = {e["event"]: e["time"] for e in stack.admin.get(f"/v1/runs/{rid}/events")}
+        assert ev["pod_removed"] - ev["worker_finished"] < 5.0, ev
     st = stack.trainstack("status", str(sweep), "--json")
     assert st.returncode == 0, st.stderr
     rows = {r["run_id"]: r for r in json.loads(st.stdout)}

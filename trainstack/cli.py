@@ -132,7 +132,24 @@ def cmd_status(ns: argparse.Namespace) -> int:
 def cmd_cancel(ns: argparse.Namespace) -> int:
     from trainstack.status import run_cancel
 
-    return run_cancel(ns.targets, runs_root=ns.runs_root, dry=ns.dry)
+    return run_cancel(ns.targets, runs_root=ns.runs_root, dry=ns.dry, **({"purge": True} if ns.purge else {}))
+
+
+def cmd_resume(ns: argparse.Namespace) -> int:
+    """Paused runs (Lium: a spend limit, a lost volume, `pause`) continue, with new limits if given."""
+    from trainstack.launch.registry import get
+    from trainstack.status import by_launcher, collect
+
+    try:
+        rows = collect(ns.targets, ns.runs_root)
+        groups = [(get(name), group) for name, group in by_launcher(rows).items()]
+    except ConfigErrors as err:
+        report_and_exit(err, command="resume")
+    code = 0
+    for launcher, group in groups:
+        code = launcher.resume(group, spend_limit=ns.spend_limit, sweep_spend_limit=ns.sweep_spend_limit,
+                               from_scratch=ns.from_scratch) or code
+    return code
 
 
 def add_status_cancel(sub) -> None:
@@ -149,16 +166,26 @@ def add_status_cancel(sub) -> None:
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
     p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
     p.add_argument("--dry", action="store_true", help="print what would be done (scancel commands, ...) only")
+    p.add_argument("--purge", action="store_true", help="Lium runs: also delete the run's volume (its checkpoints)")
     p.set_defaults(func=cmd_cancel)
+    p = sub.add_parser("resume", help="continue paused runs (Lium: paused at a spend limit, by a lost volume or "
+                       "`pause`), with new limits")
+    p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
+    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--spend-limit", type=float, help="the run's new spend limit in USD")
+    p.add_argument("--sweep-spend-limit", type=float, help="the sweep's new spend limit in USD")
+    p.add_argument("--from-scratch", action="store_true",
+                   help="train again from rollout 0 (a run paused because its volume was lost, with no Hub copy)")
+    p.set_defaults(func=cmd_resume)
 def cmd_logs(ns: argparse.Namespace) -> int:
     """The run's launcher prints its log (here: logs/trainer.log; Lium: from the pod)."""
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch.registry import get
     from trainstack.rundir.targets import bad_target, find_run
-    from trainstack.status import collect
+    from trainstack.status import collect, locate
 
     try:
-        if find_run(ns.run, ns.runs_root) is None:
+        if find_run(locate(ns.run, ns.runs_root), ns.runs_root) is None:
             raise ConfigErrors([bad_target(ns.run, ns.runs_root)])
         row = collect([ns.run], ns.runs_root)[0]
         launcher = get(row.launcher)
@@ -210,12 +237,17 @@ def cmd_exec(ns: argparse.Namespace) -> int:
 
 # --- commander (trainstack/commander/; Lium runs, docs/lium.md) -----------------------------
 def cmd_commander(ns: argparse.Namespace) -> int:
-    from trainstack.commander.server import serve
+    from trainstack.commander.server import serve, stop_local
 
+    if ns.commander_command == "stop":
+        from trainstack.launch.lium import STATE_DIR
+
+        return stop_local(STATE_DIR)
     return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
                  worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
                  start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,
-                 backoff_max_s=ns.backoff_max)
+                 backoff_max_s=ns.backoff_max, exit_when_idle_s=ns.exit_when_idle,
+                 volume_retention_s=None if ns.volume_retention_days is None else ns.volume_retention_days * 86400)
 
 
 def add_commander(sub) -> None:
@@ -236,6 +268,12 @@ def add_commander(sub) -> None:
     s.add_argument("--stop-timeout", type=float, help="seconds cancel/pause waits for the final checkpoint (default 120)")
     s.add_argument("--backoff", type=float, help="first re-provisioning delay in seconds, doubling (default 10)")
     s.add_argument("--backoff-max", type=float, help="longest re-provisioning delay (default 300)")
+    s.add_argument("--volume-retention-days", type=float,
+                   help="an ended run's volume is deleted this many days after it ended (default 7)")
+    s.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
+                   help="exit once no run is active for this long (what a launch-started commander does)")
+    s.set_defaults(func=cmd_commander)
+    s = csub.add_parser("stop", help="stop the commander a launch started on this host (~/.trainstack/commander.pid)")
     s.set_defaults(func=cmd_commander)
 # --- end commander ---------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainstack.errors import ConfigErrors
+from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.rundir import RunDir, layout
 from trainstack.rundir.targets import RunRef, expand
 
@@ -63,12 +63,31 @@ def _run_row(ref: RunRef) -> Row:
                job_name=slurm.get("job_name"), logs=dict(ref.logs or slurm.get("logs") or {}))
 
 
+def locate(target: str, runs_root: str = "runs") -> str:
+    """A run id that is not under the runs root: the run dir a launcher's own records know for it (a Lium
+    run launched from another directory: the commander knows it), else the target unchanged."""
+    from trainstack.rundir.targets import find_run
+
+    if "/" in target or layout.is_sweep_dir(target) or find_run(target, runs_root) is not None:
+        return target
+    from trainstack.launch import registry
+
+    for name in registry.names():
+        try:
+            found = registry.launcher_class(name).locate(target)
+        except ConfigErrors:
+            continue
+        if found is not None:
+            return str(found)
+    return target
+
+
 def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
     """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
     for corrupt files in their run directories."""
     from trainstack.rundir import check
 
-    refs = expand(targets, runs_root)
+    refs = expand([locate(t, runs_root) for t in targets], runs_root)
     check.require_readable([r.run_dir for r in refs], skip=(layout.METRICS,))
     from trainstack.rundir.progress import require_readable_tails
 
@@ -197,7 +216,7 @@ def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = 
     return 0
 
 
-def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = False) -> int:
+def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = False, purge: bool = False) -> int:
     """Each run's launcher stops it (SLURM: scancel; Lium: the commander; here: the launching process)."""
     from trainstack.errors import RuntimeFailure, report_and_exit, report_failure_and_exit
     from trainstack.launch.registry import get
@@ -207,10 +226,15 @@ def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = Fals
         launchers = {name: get(name) for name in by_launcher(rows)}
     except ConfigErrors as ex:
         report_and_exit(ex, command="cancel")
+    unpurged = sorted(n for n, lch in launchers.items() if purge and not lch.purges)
+    if unpurged:  # --purge: only launchers that keep storage outside the run dir (Lium volumes) delete it
+        report_and_exit(ConfigErrors([ConfigError("--purge", f"runs of the {', '.join(unpurged)} launcher keep "
+                                                  "nothing outside their run dir", "cancel them without --purge")]),
+                        command="cancel")
     code = 0
     for name, group in by_launcher(rows).items():
         try:
-            code = launchers[name].cancel(group, dry) or code
+            code = launchers[name].cancel(group, dry, **({"purge": True} if purge else {})) or code
         except RuntimeFailure as ex:
             report_failure_and_exit(ex)
     return code

@@ -4,7 +4,8 @@ run's worker token (only that run's lease endpoints). Every change is committed 
 
 Workers:   POST /v1/runs/{id}/lease/acquire | renew | report   (fenced: epoch + holder)
 Admin:     POST /v1/runs (register), GET /v1/runs[?sweep=], GET /v1/runs/{id}, GET /v1/runs/{id}/events,
-           GET /v1/leases, GET /v1/events, POST /v1/runs/{id}/cancel | pause | resume,
+           GET /v1/leases, GET /v1/events, POST /v1/runs/{id}/cancel[?purge=] | pause | resume[?from_scratch=]
+           (resume's body: new spend limits),
            POST /v1/runs/{id}/lease/force-release, GET /v1/runs/{id}/logs, PUT /v1/sweeps/{sweep}
 """
 from __future__ import annotations
@@ -59,6 +60,19 @@ class Report(BaseModel):
 
 class SweepLimit(BaseModel):
     spend_limit: Optional[float] = Field(default=None, gt=0)
+
+
+class Resume(BaseModel):
+    """What a resume may change: the limits that paused the run (a spend-limit pause resumed with the
+    same limit would pause again at once)."""
+
+    spend_limit: Optional[float] = Field(default=None, gt=0)
+    sweep_spend_limit: Optional[float] = Field(default=None, gt=0)
+
+
+def _above(cost: float) -> str:
+    """A limit comfortably above what was spent (what the refusal suggests)."""
+    return f"{max(cost * 2, cost + 1.0):.2f}"
 
 
 def _same(a: str, b: str) -> bool:
@@ -128,7 +142,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                                              "cancel it first")
                 return {"run_id": body.run_id, "registered": False, "phase": row["phase"]}
             fields: dict[str, Any] = dict(sweep=body.sweep, spec=body.spec, settings=settings, desired="running", phase="pending",
-                          restarts=0, strikes=0, strike_checkpoint=None, capacity_since=None,
+                          restarts=0, strikes=0, strike_checkpoint=None, capacity_since=None, purge=0, ended=None,
                           capacity_wait_s=body.capacity_wait_s, restart_limit=body.restart_limit, next_attempt=0.0, deadline=None,
                           spend_limit=body.spend_limit, exit_code=None, message=None, lease_holder=None,
                           lease_expires=None, pod_id=None)
@@ -190,23 +204,65 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return {"run_id": run_id, "desired": desired, "changed": True}
 
     @app.post("/v1/runs/{run_id}/cancel", dependencies=[Depends(admin)])
-    def cancel(run_id: str) -> dict[str, Any]:
-        return set_desired(run_id, "cancelled")
+    def cancel(run_id: str, purge: bool = False) -> dict[str, Any]:
+        """`purge=true`: the run's volume (one the commander made) is deleted once its pods are gone, also
+        for a run that has ended; without it, an ended run's volume is kept `--volume-retention-days`."""
+        out = set_desired(run_id, "cancelled")
+        if purge:
+            with store.tx() as db:
+                Store.update(db, run_id, purge=1)
+                Store.event(db, run_id, "purge_requested", None)
+        return {**out, "purge": purge}
 
     @app.post("/v1/runs/{run_id}/pause", dependencies=[Depends(admin)])
     def pause(run_id: str) -> dict[str, Any]:
         return set_desired(run_id, "paused")
 
+    def spent_problem(run_id: str, limit: Optional[float], sweep_limit: Optional[float]) -> Optional[str]:
+        """Why resuming now would pause the run again at once (its spend, or its sweep's, at the limit)."""
+        rec = get_run(run_id)
+        if limit is not None and rec.cost_usd >= limit:
+            return (f"run {run_id} has spent ${rec.cost_usd:.4f} of its ${limit:.4f} spend limit: resumed as it is, "
+                    f"it would be paused again at once; raise the limit: trainstack resume {run_id} --spend-limit "
+                    f"{_above(rec.cost_usd)}")
+        if rec.sweep and sweep_limit is not None:
+            cost = store.sweep_cost(rec.sweep)
+            if cost >= sweep_limit:
+                return (f"the sweep of {run_id} has spent ${cost:.4f} of its ${sweep_limit:.4f} spend limit: resumed "
+                        f"as it is, the run would be paused again at once; raise it: trainstack resume {run_id} "
+                        f"--sweep-spend-limit {_above(cost)}")
+        return None
+
     @app.post("/v1/runs/{run_id}/resume", dependencies=[Depends(admin)])
-    def resume(run_id: str, from_scratch: bool = False) -> dict[str, Any]:
+    def resume(run_id: str, from_scratch: bool = False, body: Optional[Resume] = None) -> dict[str, Any]:
         """`from_scratch=true`: the user accepts training again from rollout 0 (a lost volume without a Hub
-        copy pauses the run; the commander forgets the checkpoint it saw only when told so)."""
+        copy pauses the run; the commander forgets the checkpoint it saw only when told so). A body with
+        `spend_limit` / `sweep_spend_limit` sets new limits first; a run whose spend is still at a limit is
+        refused (409) instead of being resumed and paused again."""
+        body = body or Resume()
+        rec = get_run(run_id)
+        if rec.phase != "paused":
+            raise HTTPException(409, f"run {run_id} is {rec.phase}; only a paused run can be resumed")
+        limit = body.spend_limit if body.spend_limit is not None else rec.spend_limit
+        sweep_limit = body.sweep_spend_limit if body.sweep_spend_limit is not None else (
+            store.sweep_limit(rec.sweep) if rec.sweep else None)
+        if body.sweep_spend_limit is not None and not rec.sweep:
+            raise HTTPException(409, f"run {run_id} is not part of a sweep; use spend_limit")
+        why = spent_problem(run_id, limit, sweep_limit)
+        if why:
+            raise HTTPException(409, why)
+        with store.tx() as db:
+            if body.spend_limit is not None:
+                Store.update(db, run_id, spend_limit=body.spend_limit)
+                Store.event(db, run_id, "spend_limit_set", None, spend_limit=body.spend_limit)
+        if body.sweep_spend_limit is not None and rec.sweep:
+            store.set_sweep_limit(rec.sweep, body.sweep_spend_limit)
         out = set_desired(run_id, "running")
         if from_scratch:
             with store.tx() as db:
                 Store.update(db, run_id, last_checkpoint=None)
                 Store.event(db, run_id, "from_scratch", None)
-        return out
+        return {**out, "spend_limit": limit, "sweep_spend_limit": sweep_limit}
 
     @app.put("/v1/sweeps/{sweep:path}", dependencies=[Depends(admin)])
     def sweep_limit(sweep: str, body: SweepLimit) -> dict[str, Any]:

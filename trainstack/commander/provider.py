@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import random
 import shlex
 import tempfile
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +64,49 @@ class NoNode(RuntimeError):
     """No node matches the request right now (retried with backoff)."""
 
 
+# Lium's API answers 429 (rate limit, with Retry-After) and 5xx at times: each provider call retries them
+# with backoff for this long before the reconciler sees a failure (which counts as a restart).
+API_RETRY_S = 120.0
+API_BACKOFF_S = (0.5, 15.0)  # first pause, longest pause (doubling, with jitter)
+
+
+def transient_wait(ex: BaseException) -> float | None:
+    """How long the API asked us to wait before a retry of what raised `ex` (0: it did not say); None:
+    not a transient failure (a refusal, not found, bad request) and retrying would not help."""
+    from lium.sdk.exceptions import LiumRateLimitError, LiumRentOutcomeUnknownError, LiumServerError
+
+    if isinstance(ex, LiumRateLimitError):
+        return float(ex.retry_after or 0.0)
+    if isinstance(ex, (LiumServerError, LiumRentOutcomeUnknownError)):  # a rent retried with its key is one pod
+        return 0.0
+    import requests
+
+    if isinstance(ex, (requests.ConnectionError, requests.Timeout)):
+        return 0.0
+    return None
+
+
+def with_backoff(fn, what: str, budget_s: float | None = None, sleep=time.sleep):
+    """`fn()`, retried on transient API failures (429 honouring Retry-After, 5xx, connection errors) with
+    exponential backoff and jitter until `budget_s` has passed; then the last failure is raised."""
+    budget = API_RETRY_S if budget_s is None else budget_s
+    deadline = time.monotonic() + budget
+    pause, longest = API_BACKOFF_S
+    while True:
+        try:
+            return fn()
+        except Exception as ex:  # noqa: BLE001 - classified below; anything else is raised as it was
+            asked = transient_wait(ex)
+            if asked is None:
+                raise
+            wait = max(asked, pause * random.uniform(0.5, 1.0))
+            if time.monotonic() + wait > deadline:
+                raise
+            print(f"trainstack commander: {what}: {type(ex).__name__}: {ex}; retrying in {wait:.1f} s", flush=True)
+            sleep(wait)
+            pause = min(pause * 2, longest)
+
+
 def free_gpus(node: Any) -> int:
     """GPUs of a node free to rent now (`available_gpu_count`; the whole node when the API omits it)."""
     avail = getattr(node, "available_gpu_count", None)
@@ -89,7 +134,7 @@ class LiumProvider:
 
     @staticmethod
     def _info(lium, pod_id: str):
-        for p in lium.ps():
+        for p in with_backoff(lium.ps, "list pods"):
             if p.id == pod_id:
                 return p
         from lium.sdk.exceptions import LiumNotFoundError
@@ -118,23 +163,45 @@ class LiumProvider:
                                           else n.price_per_hour, n.id))
 
     def ensure_volume(self, name: str) -> str:
-        with self._lium() as lium:
-            for v in lium.volumes():
-                if v.name == name:
-                    return v.id
-            return lium.volume_create(name, description="trainstack run volume").id
+        def once() -> str:  # listed first: a create whose answer was lost made it already
+            with self._lium() as lium:
+                for v in lium.volumes():
+                    if v.name == name:
+                        return v.id
+                return lium.volume_create(name, description="trainstack run volume").id
+
+        return with_backoff(once, f"volume {name}")
+
+    def delete_volume(self, volume_id: str) -> None:
+        """Delete a volume (its data is gone); one already gone is fine."""
+        from lium.sdk.exceptions import LiumNotFoundError
+
+        def once() -> None:
+            with self._lium() as lium:
+                try:
+                    lium.volume_delete(volume_id)
+                except LiumNotFoundError:
+                    return
+
+        with_backoff(once, f"delete volume {volume_id}")
 
     def rent(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
+        """Rent on the cheapest matching node; retried on transient API failures with the same idempotency key
+        (and the SDK finds a pod of that name first), so a retry never makes a second pod."""
+        return with_backoff(lambda: self._rent_once(req, name, key, volume_id), f"rent {name}")
+
+    def _rent_once(self, req: PodRequest, name: str, key: str, volume_id: str | None) -> PodRef:
         with self._lium() as lium:
             exclude: set[str] = set()
             while True:
                 node = self.choose_node(lium, req, frozenset(exclude))
                 try:
                     return self._rent_on(lium, node, req, name, key, volume_id)
-                except Exception:
+                except Exception as ex:
                     # another rent (another run's) took the node's GPUs since it was listed: try the next node
                     # (the same idempotency key: a pod our failed call made after all is found, not doubled)
-                    if req.executor_id or len(exclude) >= 8 or not self._taken(lium, node.id, req.gpu_count):
+                    if transient_wait(ex) is not None or req.executor_id or len(exclude) >= 8 or \
+                            not self._taken(lium, node.id, req.gpu_count):
                         raise
                     exclude.add(node.id)
 
@@ -158,21 +225,44 @@ class LiumProvider:
         return PodRef(id=str(created["id"]), name=name, price_per_hour=round(price, 6))
 
     def wait_ready(self, pod_id: str, timeout: float) -> bool:
-        with self._lium() as lium:
-            return lium.wait_ready(pod_id, timeout=int(max(1, timeout))) is not None
+        end = time.monotonic() + timeout
+
+        def once() -> bool:
+            with self._lium() as lium:
+                return lium.wait_ready(pod_id, timeout=int(max(1, end - time.monotonic()))) is not None
+
+        return with_backoff(once, f"wait for pod {pod_id}", budget_s=max(1.0, timeout))
+
+    _quiet_until = 0.0  # monotonic time before which the listing is not asked again (a 429's Retry-After)
 
     def list_pods(self) -> dict[str, PodRef]:
-        with self._lium() as lium:
-            return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper()) for p in lium.ps()}
+        """The pods listed now. Never retried in place (the reconciler's tick must not stall: a failed listing
+        decides nothing, and the next comes a probe interval later); after a 429 no listing is sent before
+        its Retry-After has passed."""
+        from lium.sdk.exceptions import LiumRateLimitError
+
+        wait = self._quiet_until - time.monotonic()
+        if wait > 0:
+            raise RuntimeError(f"Lium asked us to wait {wait:.1f} s more before listing pods again (Retry-After)")
+        try:
+            with self._lium() as lium:
+                return {p.id: PodRef(p.id, p.name, status=(p.status or "").upper()) for p in lium.ps()}
+        except LiumRateLimitError as ex:
+            self._quiet_until = time.monotonic() + float(ex.retry_after or API_BACKOFF_S[0])
+            raise
 
     def remove(self, pod_id: str) -> None:
+        """Remove the pod (billing stops); retried on transient failures: a pod left billing is money."""
         from lium.sdk.exceptions import LiumNotFoundError
 
-        with self._lium() as lium:
-            try:
-                lium.rm(self._info(lium, pod_id))
-            except LiumNotFoundError:
-                return
+        def once() -> None:
+            with self._lium() as lium:
+                try:
+                    lium.rm(self._info(lium, pod_id))
+                except LiumNotFoundError:
+                    return
+
+        with_backoff(once, f"remove pod {pod_id}", budget_s=30.0)  # in the reconciler's tick: bounded
 
     # ---------------------------------------------------------------- on a pod
     def put_file(self, pod_id: str, remote: str, data: bytes) -> None:
@@ -196,6 +286,19 @@ class LiumProvider:
             pod = self._info(lium, pod_id)
             out = lium.exec(pod, command=shlex.join(argv), env=env, detach=True, log_path=log_path, timeout=60)
             return int(out["pid"])
+
+    def image_problem(self, pod_id: str, python: str) -> str | None:
+        """Why the pod's image cannot run the worker (no trainstack for `python`, no `trainstack` command), or
+        None. A stock image (a template without trainstack) is found here, before the worker is started."""
+        q = shlex.quote(python)
+        probe = (f"{q} -c 'import trainstack.worker' 2>/dev/null && exit 0; command -v trainstack >/dev/null && exit 0; "
+                 f"echo \"$({q} --version 2>&1 | head -c 200)\"; exit 3")
+        with self._lium() as lium:
+            out = lium.exec(self._info(lium, pod_id), command=probe, timeout=120)
+        if out["exit_code"] == 0:
+            return None
+        return (f"the pod's image has no trainstack ({python} cannot import it: {out['stdout'].strip() or 'no python'}; "
+                f"no trainstack command)")
 
     def read(self, pod_id: str, path: str, offset: int = 0, limit: int = 1 << 20) -> bytes | None:
         """Bytes of a file on the pod from `offset` (None when the file does not exist)."""

@@ -8,7 +8,9 @@ Each tick, per run:
 - lease expired, pod gone or failed, or the worker never took its lease: remove the pod (billing)
   and provision again after a backoff, up to the run's restart limit;
 - finished / failed / cancelled / paused: its pods are removed; cancel and pause first let the
-  worker checkpoint and release (the worker learns it from its next renewal);
+  worker checkpoint and release (the worker learns it from its next renewal); an ended run's volume
+  (one the commander made) is deleted `volume_retention_s` after it ended, at once when purged;
+- a new pod whose image cannot run trainstack fails the run once (no retries, pod removed);
 - spend limit of the run or its sweep reached: the run is paused (and so its pods removed);
 - any pod named for one of our runs that is not that run's current pod is removed (a rent whose
   answer was lost, a commander killed between renting and recording).
@@ -55,6 +57,8 @@ class CommanderConfig:
     stop_timeout_s: float = 120.0  # cancel/pause: time for the final checkpoint before the pod is removed
     backoff_s: float = 10.0  # first delay before re-provisioning; doubles per restart
     backoff_max_s: float = 300.0
+    volume_retention_s: float = 7 * 86400.0  # an ended run's volume (one the commander made) is deleted after this
+    exit_when_idle_s: float | None = None  # a commander a launch started: exit once no run is active this long
     worker_argv: list[str] = field(default_factory=list)  # default: [<pod python>, -m, trainstack.worker]
 
     def __post_init__(self) -> None:
@@ -178,6 +182,8 @@ class Reconciler:
         now = time.time()
         if run.phase in ("finished", "failed", "cancelled", "paused"):
             self._remove_run_pods(run)
+            if run.phase != "paused":  # a paused run resumes from its volume: kept whatever its age
+                self._retire_volume(run, now)
             return
         if run.desired == "running":
             reason = self._over_budget(run)
@@ -265,7 +271,8 @@ class Reconciler:
         have = "no checkpoint" if found is None else f"only checkpoint {found}"
         return (f"volume lost: the run had checkpoint {run.last_checkpoint}, its run dir on the new pod has {have}, "
                 f"and there is no Hub copy (hub.repo_id); paused instead of training from rollout 0. Recover the "
-                f"volume, or resume from scratch: POST /v1/runs/{run.run_id}/resume?from_scratch=true")
+                f"volume, or train from rollout 0: trainstack resume {run.run_id} --from-scratch "
+                f"(POST /v1/runs/{run.run_id}/resume?from_scratch=true)")
 
     def _over_budget(self, run: CommanderRun) -> str | None:
         if run.spend_limit is not None and run.cost_usd >= run.spend_limit:
@@ -293,6 +300,25 @@ class Reconciler:
             if db.execute("UPDATE runs SET epoch=epoch+1, phase=?, lease_holder=NULL, lease_expires=NULL, pod_id=NULL, "
                           "updated=? WHERE run_id=? AND epoch=?", (final, now, run.run_id, run.epoch)).rowcount:
                 Store.event(db, run.run_id, final, run.epoch + 1, cost_usd=run.cost_usd)
+
+    def _retire_volume(self, run: CommanderRun, now: float) -> None:
+        """An ended run's volume: deleted once `volume_retention_s` has passed since it ended, or at once
+        when purged. Only a volume the commander made (`volume: auto`); one named in the settings is the user's."""
+        if run.ended is None:
+            with self.store.tx() as db:
+                Store.update(db, run.run_id, ended=now)
+            return
+        if not run.volume_id or PodRequest.from_dict(run.settings).volume != "auto":
+            return
+        if not run.purge and now - run.ended < self.config.volume_retention_s:
+            return
+        if any(p["removed"] is None for p in run.pods):
+            return  # attached: the pod goes first (next tick)
+        self.provider.delete_volume(run.volume_id)
+        with self.store.tx() as db:
+            Store.update(db, run.run_id, volume_id=None)
+            Store.event(db, run.run_id, "volume_deleted", run.epoch, volume_id=run.volume_id,
+                        reason="purged" if run.purge else f"retention ({self.config.volume_retention_s / 86400:g} days)")
 
     def _remove_run_pods(self, run: CommanderRun) -> None:
         for p in run.pods:
@@ -362,6 +388,13 @@ class Reconciler:
                     return
             if not self.provider.wait_ready(pod_id, req.ready_timeout_s):
                 raise TimeoutError(f"pod {pod_id} not ready within {req.ready_timeout_s:.0f} s")
+            unusable = self.provider.image_problem(pod_id, req.python)
+            if unusable:  # every pod of this template would be the same: failed, not retried (nothing trains)
+                what = f"template {req.template_id}" if req.template_id else f"image {req.image or '(Lium default)'}"
+                self._set(run, "image_unusable", {"pod_id": pod_id, "error": unusable}, phase="failed",
+                          message=f"{unusable}; {what} cannot run trainstack: build docker/Dockerfile and set "
+                                  "cluster.lium.pod.image (docs/lium.md, section 1)")
+                return
             run_dir = req.run_dir(run.run_id)
             spec = dict(run.spec)
             from trainstack.rundir import layout

@@ -37,6 +37,8 @@ CREATE TABLE IF NOT EXISTS runs (
   strike_checkpoint INTEGER,
   capacity_wait_s REAL NOT NULL DEFAULT 3600,
   capacity_since REAL,
+  purge INTEGER NOT NULL DEFAULT 0,
+  ended REAL,
   next_attempt REAL NOT NULL DEFAULT 0,
   deadline REAL,
   spend_limit REAL,
@@ -106,6 +108,8 @@ class CommanderRun:
     strike_checkpoint: int | None  # the last checkpoint when a strike was counted
     capacity_wait_s: float  # how long to keep waiting for a free node before the run is failed
     capacity_since: float | None  # when the run started waiting for a free node (None: not waiting)
+    purge: int  # 1: delete the run's volume as soon as its pods are gone (`trainstack cancel --purge`)
+    ended: float | None  # when the reconciler first saw the run finished/failed/cancelled (volume retention)
     next_attempt: float
     deadline: float | None
     spend_limit: float | None
@@ -152,7 +156,8 @@ class Store:
         """Columns added after a database was made (a commander upgraded in place keeps its state)."""
         have = {r[1] for r in self._db.execute("PRAGMA table_info(runs)").fetchall()}
         for col, decl in (("strikes", "INTEGER NOT NULL DEFAULT 0"), ("strike_checkpoint", "INTEGER"),
-                          ("capacity_wait_s", "REAL NOT NULL DEFAULT 3600"), ("capacity_since", "REAL")):
+                          ("capacity_wait_s", "REAL NOT NULL DEFAULT 3600"), ("capacity_since", "REAL"),
+                          ("purge", "INTEGER NOT NULL DEFAULT 0"), ("ended", "REAL")):
             if col not in have:
                 self._db.execute(f"ALTER TABLE runs ADD COLUMN {col} {decl}")
 

@@ -173,6 +173,25 @@ class Launcher:
                     pass
         return code
 
+    @classmethod
+    def locate(cls, run_id: str) -> Path | None:
+        """The run dir of `run_id` on this host as this launcher's own records know it (a run launched from
+        another directory), or None. Asked by status/logs/cancel when the id is not under the runs root."""
+        return None
+
+    # `cancel(rows, dry, purge=True)` (`trainstack cancel --purge`): the launcher also deletes what its runs
+    # keep outside the run dir (Lium: the run's volume); launchers without such storage refuse --purge.
+    purges: ClassVar[bool] = False
+
+    def resume(self, rows: Sequence["Row"], spend_limit: float | None = None,
+               sweep_spend_limit: float | None = None, from_scratch: bool = False) -> int:
+        """Continue runs this launcher paused (`trainstack resume`), with new limits. Default: nothing is
+        paused by a launcher that runs to the end; the same launch command resumes a stopped run."""
+        for r in rows:
+            print(f"trainstack resume: {r.run_id} runs on the {self.name} launcher, which pauses nothing; run its "
+                  "launch command again (it resumes from the newest complete checkpoint)", file=sys.stderr)
+        return 2
+
     def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
         """Print the run's trainer log (here: <run_dir>/logs/trainer.log); with follow, keep printing."""
         from trainstack.rundir import RunDir

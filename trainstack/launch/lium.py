@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 TERMINAL = ("finished", "failed", "cancelled", "paused")
 STATE_DIR = Path(os.environ.get("TRAINSTACK_HOME", "~/.trainstack")).expanduser()
+LOCAL_IDLE_EXIT_S = 120.0  # a commander a launch started exits this long after its last run ended
 
 
 @dataclass
@@ -214,7 +215,7 @@ def start_local_commander(port: int, public_url: str | None) -> None:
     """`trainstack commander serve` on this host, detached (it outlives this launch), state in ~/.trainstack."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "trainstack", "commander", "serve", "--db", str(STATE_DIR / "commander.db"),
-            "--port", str(port)]
+            "--port", str(port), "--exit-when-idle", str(LOCAL_IDLE_EXIT_S)]
     if public_url:
         argv += ["--public-url", public_url]
     with open(STATE_DIR / "commander.log", "ab") as log:
@@ -222,17 +223,33 @@ def start_local_commander(port: int, public_url: str | None) -> None:
                                 start_new_session=True, cwd=str(STATE_DIR))
     (STATE_DIR / "commander.pid").write_text(str(proc.pid))
     print(f"trainstack: started a Lium commander on this host (pid {proc.pid}, port {port}, log "
-          f"{STATE_DIR / 'commander.log'}); stop it with kill -TERM {proc.pid}", file=sys.stderr, flush=True)
+          f"{STATE_DIR / 'commander.log'}); it exits {LOCAL_IDLE_EXIT_S:.0f} s after its last run has ended "
+          "(or: trainstack commander stop)", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------
 # Submitting
 # ------------------------------------------------------------------------------------------
+def image_problem(req) -> ConfigError | None:
+    """A pod without trainstack's image cannot run the worker: with neither a template nor an image, Lium
+    rents its stock PyTorch image (a pod that bills and cannot train), so the launch is refused."""
+    if req.template_id or req.image:
+        return None
+    return ConfigError("cluster.lium.pod.image", "neither cluster.lium.pod.template_id nor cluster.lium.pod.image is "
+                       "set, so Lium would rent its stock PyTorch image, which has no trainstack (the pod would bill "
+                       "and never train)", "build and push docker/Dockerfile, then set cluster.lium.pod.image="
+                       "<you>/trainstack-slime:<tag> (or cluster.lium.pod.template_id=<a Lium template of that image>); "
+                       "docs/lium.md, section 1", value=None)
+
+
 def check(spec: RunSpec) -> None:
-    """What every launch checks, before anything is registered: the resume check and the pod settings."""
+    """What every launch checks, before anything is registered: the pod settings (a pod that can run
+    trainstack), then the resume check."""
     from trainstack.resume import plan
 
-    pod_request(spec)
+    problem = image_problem(pod_request(spec))
+    if problem is not None:
+        raise ConfigErrors([problem])
     plan(spec, RunDir(spec.run_dir))
 
 
@@ -351,16 +368,30 @@ class LiumLauncher(Launcher):
                        else CommanderFailure(f"{rid}: {rec['phase']}: {rec.get('message')}"))
         return out
 
+    @classmethod
+    def locate(cls, run_id: str) -> Path | None:
+        from trainstack.launch.lium_status import locate
+
+        return locate(run_id)
+
     # --- following: the commander's record is the truth (trainstack/launch/lium_status.py) ---
     def status(self, rows: Sequence["Row"]) -> None:
         from trainstack.launch.lium_status import fill_lium
 
         fill_lium(rows)
 
-    def cancel(self, rows: Sequence["Row"], dry: bool = False) -> int:
+    purges = True  # cancel --purge deletes the run's volume
+
+    def cancel(self, rows: Sequence["Row"], dry: bool = False, purge: bool = False) -> int:
         from trainstack.launch.lium_status import cancel_lium
 
-        return cancel_lium(rows, dry)
+        return cancel_lium(rows, dry, purge)
+
+    def resume(self, rows: Sequence["Row"], spend_limit: float | None = None,
+               sweep_spend_limit: float | None = None, from_scratch: bool = False) -> int:
+        from trainstack.launch.lium_status import resume_lium
+
+        return resume_lium(rows, spend_limit, sweep_spend_limit, from_scratch)
 
     def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
         from trainstack.launch.lium_status import logs

@@ -26,6 +26,32 @@ def _client(run_dir: str | Path):
     return CommanderClient(url, token), None
 
 
+def locate(run_id: str) -> Path | None:
+    """Where the commander says `run_id` was launched from (its spec records the submit host's run dir),
+    when that run dir is on this host: `trainstack status|logs|cancel RUN` from any directory. Asks the
+    commander at $TRAINSTACK_COMMANDER_URL, else the one a launch starts on this host; nothing without
+    $TRAINSTACK_COMMANDER_TOKEN."""
+    import os
+
+    from trainstack.commander.client import CommanderClient, CommanderError
+    from trainstack.commander.server import TOKEN_ENV, URL_ENV
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if len(token) < 16 or not run_id or "/" in run_id:
+        return None
+    from trainstack.launch.lium import LiumSettings
+
+    url = os.environ.get(URL_ENV) or f"http://127.0.0.1:{LiumSettings().commander_port}"
+    try:
+        spec = CommanderClient(url, token, timeout=3).get(f"/v1/runs/{run_id}/spec")
+    except CommanderError:
+        return None
+    where = ((spec.get("extra") or {}).get("lium") or {}).get("submit_run_dir") if isinstance(spec, dict) else None
+    if not where or not layout.is_run_dir(Path(where)):
+        return None
+    return Path(where)
+
+
 def record(run_dir: str | Path, run_id: str) -> tuple[dict[str, Any] | None, str | None]:
     from trainstack.commander.client import CommanderError
 
@@ -63,7 +89,9 @@ def fill_lium(rows: Sequence[Any]) -> None:
         r.logs = {"trainer": f"trainstack logs {r.run_id}"}
 
 
-def cancel_lium(rows: Sequence[Any], dry: bool) -> int:
+def cancel_lium(rows: Sequence[Any], dry: bool, purge: bool = False) -> int:
+    """Ask the commander to stop each run; `purge`: also delete the run's volume once its pod is gone
+    (a finished run's is deleted too; a volume named in the settings, not made by the commander, is kept)."""
     from trainstack.commander.client import CommanderError
 
     code = 0
@@ -73,14 +101,57 @@ def cancel_lium(rows: Sequence[Any], dry: bool) -> int:
             print(f"trainstack cancel: {r.run_id}: {why}", file=sys.stderr)
             code = 2
             continue
-        print(f"cancel {r.run_id} (Lium commander {client.url})", file=sys.stderr)
+        print(f"cancel {r.run_id}{' and delete its volume' if purge else ''} (Lium commander {client.url})",
+              file=sys.stderr)
         if dry:
             continue
         try:
-            client.post(f"/v1/runs/{r.run_id}/cancel")
+            client.post(f"/v1/runs/{r.run_id}/cancel" + ("?purge=true" if purge else ""))
         except CommanderError as ex:
             print(f"trainstack cancel: {r.run_id}: {ex.detail}", file=sys.stderr)
             code = 1
+    return code
+
+
+def _local_again(client):
+    """The commander of this host (one a launch started, state in ~/.trainstack), started again when the
+    run's commander URL is that local one; else the client unchanged (its error is the one to report)."""
+    from urllib.parse import urlparse
+
+    from trainstack.launch.lium import LiumSettings, commander
+
+    url = urlparse(client.url)
+    if url.hostname != "127.0.0.1" or not url.port:
+        return client
+    return commander(LiumSettings(commander_port=url.port), start=True)
+
+
+def resume_lium(rows: Sequence[Any], spend_limit: float | None, sweep_spend_limit: float | None,
+                from_scratch: bool) -> int:
+    """Resume paused runs, with new spend limits (a run paused at its limit is refused with the limit to set)."""
+    from trainstack.commander.client import CommanderError, Unreachable
+
+    code = 0
+    body = {k: v for k, v in (("spend_limit", spend_limit), ("sweep_spend_limit", sweep_spend_limit)) if v is not None}
+    for r in rows:
+        client, why = _client(r.run_dir)
+        if client is None:
+            print(f"trainstack resume: {r.run_id}: {why}", file=sys.stderr)
+            code = 2
+            continue
+        try:
+            try:
+                got = client.post(f"/v1/runs/{r.run_id}/resume" + ("?from_scratch=true" if from_scratch else ""), body)
+            except Unreachable:  # the commander a launch started here exits when idle (a paused run is): again
+                client = _local_again(client)
+                got = client.post(f"/v1/runs/{r.run_id}/resume" + ("?from_scratch=true" if from_scratch else ""), body)
+        except CommanderError as ex:
+            print(f"trainstack resume: {r.run_id}: {ex.detail}", file=sys.stderr)
+            code = code or 1
+            continue
+        limits = ", ".join(f"{k.replace('_', ' ')} ${v:.2f}" for k in ("spend_limit", "sweep_spend_limit")
+                           if (v := got.get(k)) is not None) or "no spend limit"
+        print(f"resumed {r.run_id} ({limits}); follow it: trainstack status {r.run_id}", file=sys.stderr)
     return code
 
 

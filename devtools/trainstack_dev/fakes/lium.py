@@ -11,7 +11,12 @@ Fault injection (the `/_fake/...` admin endpoints, same key; or the `FakeLium` m
 kill a pod (its sshd and every process started through it; the pod then disappears from the
 listing or shows FAILED), freeze/thaw it (SIGSTOP/SIGCONT of all its processes), a removal that
 leaves the pod's processes running (a node the platform lost contact with), the next rents
-failing with 5xx or 429 (before or after creating the pod), pods that never become ready, slow pods.
+failing with 5xx or 429 (before or after creating the pod), pods that never become ready, slow pods,
+pods left out of listings, 429 (with Retry-After) / 5xx answers on any route (`faults.api`), and no
+capacity (`faults.sold_out_until`: every node lists 0 free GPUs and refuses rents).
+As on the service: a rented GPU is not rentable (`available_gpu_count`); `termination_hours` removes
+the pod that long after the rent (`hour_s` seconds an hour, so tests can wait for it); `image=`
+rents make a one-time template (`POST /templates`), deleted with its pod.
 
     python -m trainstack_dev.fakes.lium serve --root DIR [--port 0] [--api-key KEY]
     scripts/lium-local.sh up|down|status
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from trainstack_dev.fakes.lium_pods import PodProcess, free_port, image_bin, missing_requirements
+from trainstack_dev.fakes.lium_pods import PodProcess, free_port, has_trainstack, image_bin, missing_requirements
 
 DEFAULT_API_KEY = "fake-lium-key"
 USER_ID = "00000000-0000-4000-8000-000000000001"
@@ -75,6 +80,10 @@ class Faults:
     ready_delay_s: float = 0.0  # extra seconds before a pod is RUNNING (slow pods)
     delete_leaves_running: int = 0  # the next N removals drop the pod from the API but leave it running
     omit_from_listing: dict[str, int] = field(default_factory=dict)  # pod id or name -> next N GET /pods omit it
+    # any route: {"status": 429|5xx, "times": N, "retry_after": s, "method": "GET", "path": "regex"} (the next N
+    # requests that match answer that status, before doing anything; method/path default: every route)
+    api: list[dict[str, Any]] = field(default_factory=list)
+    sold_out_until: float = 0.0  # epoch seconds: until then every node lists 0 free GPUs and refuses rents (capacity)
 
 
 @dataclass
@@ -94,6 +103,7 @@ class FakePod:
     never_ready: bool = False
     failed: bool = False
     events: list[dict[str, Any]] = field(default_factory=list)
+    removal_at: float | None = None  # epoch seconds: the service removes the pod then (termination_hours)
 
     @property
     def price(self) -> float:
@@ -107,7 +117,8 @@ class FakePod:
                 "created_at": self.created_at, "updated_at": self.created_at,
                 "executor": {k: v for k, v in self.executor.items() if k != "price_per_gpu"},
                 "template": {"id": self.template_id}, "price": self.price, "gpu_count": self.gpu_count,
-                "volume_id": self.volume_id}
+                "volume_id": self.volume_id, "removal_scheduled_at": None if self.removal_at is None else
+                _dt.datetime.fromtimestamp(self.removal_at, _dt.timezone.utc).isoformat(timespec="seconds")}
 
 
 class ApiError(Exception):
@@ -120,7 +131,7 @@ class FakeLium:
     """The fake's state and behaviour; `serve()` puts it behind HTTP."""
 
     def __init__(self, root: str | Path, api_key: str = DEFAULT_API_KEY, python: str | None = None,
-                 executors: list[dict[str, Any]] | None = None):
+                 executors: list[dict[str, Any]] | None = None, hour_s: float = 3600.0):
         problem = missing_requirements()
         if problem:
             raise RuntimeError(problem)
@@ -130,6 +141,7 @@ class FakeLium:
         self.python = python or sys.executable
         self.executors = executors or default_executors()
         self.templates = default_templates()
+        self.hour_s = float(hour_s)  # seconds in a `termination_hours` hour (tests shrink it)
         self.ssh_keys: list[dict[str, Any]] = []
         self.pods: dict[str, FakePod] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
@@ -158,6 +170,15 @@ class FakeLium:
             if self._image is None:
                 self._image = image_bin(self.root, self.python)
             return self._image
+
+    def image_of(self, pod: FakePod) -> Path:
+        """The pod's image: trainstack's (`.../trainstack...` images) or a stock one without it (Lium's
+        default PyTorch template: what `template_id: null` rents)."""
+        with self.lock:
+            tpl = next((t for t in self.templates if t["id"] == pod.template_id), None)
+        if tpl is None or not has_trainstack(str(tpl.get("docker_image") or "")):
+            return image_bin(self.root, self.python, trainstack=False)
+        return self.image
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Start the HTTP server in a thread; returns the base URL (what LIUM_BASE_URL takes)."""
@@ -262,6 +283,8 @@ class FakeLium:
 
     def _free_gpus(self, executor: dict[str, Any]) -> int:
         """GPUs of the node no live pod holds: a rented GPU is not rentable (GPU splitting)."""
+        if time.time() < self.faults.sold_out_until:  # capacity refusal: everything is rented by others
+            return 0
         with self.lock:
             used = sum(p.gpu_count for p in self.pods.values() if p.executor["id"] == executor["id"] and not p.failed)
         return max(0, int(executor["gpu_count"]) - used)
@@ -308,6 +331,9 @@ class FakeLium:
             template_id = body.get("template_id")
             if template_id and not any(t["id"] == template_id for t in self.templates):
                 raise ApiError(404, f"Template {template_id} not found")
+            hours = body.get("termination_hours")
+            if hours is not None and (not isinstance(hours, int) or isinstance(hours, bool) or not 1 <= hours <= 720):
+                raise ApiError(422, f"termination_hours must be an integer from 1 to 720, got {hours!r}")
             pod_id = str(uuid.uuid4())
             free = int(executor["available_gpu_count"])
             gpu_count = int(body.get("gpu_count") or free)  # no count: every GPU free now, as on the service
@@ -319,7 +345,8 @@ class FakeLium:
             pod = FakePod(id=pod_id, name=str(body.get("pod_name") or "Your Pod"), executor=executor,
                           template_id=template_id, volume_id=volume_id, keys=list(keys), created_at=_now_iso(),
                           created_ts=time.time(), gpu_count=gpu_count,
-                          ready_after=time.monotonic() + float(self.faults.ready_delay_s))
+                          ready_after=time.monotonic() + float(self.faults.ready_delay_s),
+                          removal_at=None if hours is None else time.time() + hours * self.hour_s)
             if self.faults.never_ready > 0:
                 self.faults.never_ready -= 1
                 pod.never_ready = True
@@ -352,7 +379,7 @@ class FakeLium:
                     port = free_port()
                 self._ports_taken.add(port)
             proc = PodProcess(pod.id, self.root / "pods" / pod.id, port, vol)
-            self._spawner.submit(proc.start, pod.keys, self.image).result()
+            self._spawner.submit(proc.start, pod.keys, self.image_of(pod)).result()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and proc.alive() and not proc.answers():
                 time.sleep(0.05)
@@ -373,6 +400,9 @@ class FakeLium:
             with self.lock:
                 pods = list(self.pods.values())
             for pod in pods:
+                if pod.removal_at is not None and time.time() >= pod.removal_at and pod.id in self.pods:
+                    self._remove(pod, reason="scheduled removal (termination_hours)")
+                    continue
                 if pod.failed or pod.never_ready or pod.process is None or pod.id not in self.pods:
                     continue
                 if pod.status == "PENDING" and time.monotonic() >= pod.ready_after and pod.process.answers():
@@ -384,6 +414,8 @@ class FakeLium:
 
     def _forget(self, pod: FakePod, reason: str) -> None:
         self.pods.pop(pod.id, None)
+        self.templates = [t for t in self.templates if not (t.get("one_time_template") and t["id"] == pod.template_id
+                                                            and not any(p.template_id == t["id"] for p in self.pods.values()))]
         self.removed.append({"id": pod.id, "name": pod.name, "price": pod.price, "created": pod.created_ts,
                              "removed": time.time(), "reason": reason})
 
@@ -406,7 +438,14 @@ class FakeLium:
     def delete_pod(self, pod_id: str) -> dict[str, Any]:
         with self.lock:
             pod = self._pod(pod_id)
-            self._forget(pod, reason="removed")
+        self._remove(pod, reason="removed")
+        return {"success": True, "message": f"Pod {pod_id} removed"}
+
+    def _remove(self, pod: FakePod, reason: str) -> None:
+        with self.lock:
+            if pod.id not in self.pods:
+                return
+            self._forget(pod, reason=reason)
             linger = self.faults.delete_leaves_running > 0 and pod.process is not None
             if linger:
                 self.faults.delete_leaves_running -= 1
@@ -414,7 +453,63 @@ class FakeLium:
                 self.lingering.append(pod.process)
         if pod.process is not None and not linger:
             pod.process.kill()
-        return {"success": True, "message": f"Pod {pod_id} removed"}
+
+    def schedule_removal(self, pod_id: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """POST /pods/{id}/schedule-removal (`removal_scheduled_at`, ISO 8601); DELETE cancels it."""
+        with self.lock:
+            pod = self._pod(pod_id)
+            if body is None:
+                pod.removal_at = None
+                return {"success": True}
+            at = str(body.get("removal_scheduled_at") or "")
+            try:
+                when = _dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                raise ApiError(422, f"removal_scheduled_at is not an ISO 8601 time: {at!r}") from None
+            pod.removal_at = when
+            return {"success": True, "removal_scheduled_at": at}
+
+    def create_template(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /templates as lium.io 0.32's `create_template` sends it (`up(image=...)` makes a private
+        one-time template with port 22; it is deleted with the last pod that uses it)."""
+        image = str(body.get("docker_image") or "")
+        if not image or not str(body.get("name") or ""):
+            raise ApiError(422, "name and docker_image are required")
+        name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+        row = {"id": str(uuid.uuid4()), "name": str(body["name"]), "docker_image": name or image,
+               "docker_image_tag": str(body.get("docker_image_tag") or tag or "latest"),
+               "docker_image_digest": str(body.get("docker_image_digest") or ""),
+               "category": str(body.get("category") or "UBUNTU"), "status": "VERIFY_SUCCESS", "user_id": USER_ID,
+               "is_private": bool(body.get("is_private", True)), "one_time_template": bool(body.get("one_time_template")),
+               "internal_ports": list(body.get("internal_ports") or [22]), "volumes": list(body.get("volumes") or []),
+               "startup_commands": str(body.get("startup_commands") or ""), "supports_volume_encryption": False}
+        with self.lock:
+            self.templates.append(row)
+        return row
+
+    def delete_template(self, tid: str) -> dict[str, Any]:
+        with self.lock:
+            if not any(t["id"] == tid for t in self.templates):
+                raise ApiError(404, f"Template {tid} not found")
+            if any(p.template_id == tid for p in self.pods.values()):
+                raise ApiError(409, f"Template {tid} is used by a pod")
+            self.templates = [t for t in self.templates if t["id"] != tid]
+        return {"success": True}
+
+    def _injected(self, method: str, path: str) -> ApiError | None:
+        """The next `faults.api` entry matching this request, consumed (429 with Retry-After, 5xx)."""
+        with self.lock:
+            for f in self.faults.api:
+                if f.get("times", 1) <= 0:
+                    continue
+                if f.get("method") and f["method"].upper() != method:
+                    continue
+                if f.get("path") and not re.search(f["path"], path):
+                    continue
+                f["times"] = f.get("times", 1) - 1
+                self.faults.api = [g for g in self.faults.api if g.get("times", 1) > 0]
+                return _fault_error(f)
+        return None
 
     def create_volume(self, body: dict[str, Any]) -> dict[str, Any]:
         name = str(body.get("name") or "")
@@ -453,6 +548,12 @@ class FakeLium:
         with self.lock:
             self.requests.append({"method": method, "path": "/" + "/".join(parts), "query": query, "body": body,
                                   "idempotency_key": headers.get("idempotency-key"), "time": time.time()})
+        if parts[:1] != ["_fake"]:
+            injected = self._injected(method, "/".join(parts))
+            if injected is not None:
+                with self.lock:
+                    self.requests[-1]["injected"] = injected.status
+                raise injected
         for (m, pattern), handler in self._routes().items():
             if m != method:
                 continue
@@ -480,6 +581,10 @@ class FakeLium:
             ("GET", "ssh-keys"): lambda **_: list(self.ssh_keys),
             ("POST", "ssh-keys"): lambda body, **_: self._add_key(body or {}),
             ("GET", "templates"): lambda **_: list(self.templates),
+            ("POST", "templates"): lambda body, **_: self.create_template(body or {}),
+            ("DELETE", f"templates/{ID}"): lambda tid, **_: self.delete_template(tid),
+            ("POST", f"pods/{ID}/schedule-removal"): lambda pid, body, **_: self.schedule_removal(pid, body or {}),
+            ("DELETE", f"pods/{ID}/schedule-removal"): lambda pid, **_: self.schedule_removal(pid, None),
             ("GET", f"templates/{ID}"): lambda tid, **_: next(
                 (t for t in self.templates if t["id"] == tid), None) or _raise(ApiError(404, "template not found")),
             ("GET", "pods"): lambda **_: self.list_pods(),
@@ -522,7 +627,7 @@ def _raise(ex: Exception) -> Any:
 
 def _fault_error(fault: dict[str, Any]) -> ApiError:
     status = int(fault.get("status", 503))
-    headers = {"Retry-After": str(fault["retry_after"])} if status == 429 and "retry_after" in fault else {}
+    headers = {"Retry-After": str(fault["retry_after"])} if status in (429, 503) and "retry_after" in fault else {}
     return ApiError(status, "injected fault", headers)
 
 
@@ -602,11 +707,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--api-key", default=os.environ.get("LIUM_FAKE_API_KEY") or DEFAULT_API_KEY)
+    p.add_argument("--hour-s", type=float, default=3600.0, help="seconds in a termination_hours hour (default 3600)")
     ns = parser.parse_args(argv)
     import signal
 
     try:
-        fake = FakeLium(ns.root, api_key=ns.api_key)
+        fake = FakeLium(ns.root, api_key=ns.api_key, hour_s=ns.hour_s)
     except RuntimeError as ex:
         print(f"fake lium: {ex}", file=sys.stderr)
         return 2

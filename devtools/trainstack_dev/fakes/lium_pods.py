@@ -56,12 +56,21 @@ def _with_parent_death_signal(argv: list[str]) -> list[str]:
     return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else argv
 
 
-def image_bin(root: Path, python: str) -> Path:
+def has_trainstack(docker_image: str) -> bool:
+    """Does this image of the fake contain trainstack? An image built from docker/Dockerfile is named
+    `.../trainstack...`; Lium's stock images (pytorch/pytorch, the default template) are not."""
+    return "trainstack" in docker_image.rsplit("/", 1)[-1]
+
+
+def image_bin(root: Path, python: str, trainstack: bool = True) -> Path:
     """`/usr/local/bin` of the fake image: the host's entries plus python/python3/trainstack from
-    trainstack's virtualenv (wrapper scripts, so the venv's prefix is kept)."""
-    out = root / "image-bin"
+    trainstack's virtualenv (wrapper scripts, so the venv's prefix is kept). `trainstack=False`: a stock
+    image, whose python3 is the bare interpreter (no trainstack) and which has no `trainstack` command."""
+    out = root / ("image-bin" if trainstack else "image-bin-stock")
     if out.is_dir():
         return out
+    if not trainstack:
+        python = str(Path(sys.base_prefix) / "bin" / Path(sys.executable).name)
     import threading
 
     tmp = root / f".image-bin.{os.getpid()}.{threading.get_ident()}"
@@ -74,6 +83,8 @@ def image_bin(root: Path, python: str) -> Path:
         p = tmp / name
         if p.is_symlink() or p.exists():
             p.unlink()
+        if name == "trainstack" and not trainstack:
+            continue
         p.write_text(f"#!/bin/sh\nexec {shlex.quote(target)} \"$@\"\n")
         p.chmod(0o755)
     try:
