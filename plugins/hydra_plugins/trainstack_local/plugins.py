@@ -108,7 +108,7 @@ class TrainstackLocalLauncher(BasicLauncher):
         set_hydra_config(sweep_config)
         ret = JobReturn()
         ret.cfg = sweep_config
-        ret.overrides = list(OmegaConf.to_container(sweep_config.hydra.overrides.task))
+        ret.overrides = [str(o) for o in sweep_config.hydra.overrides.task]
         ret.working_dir = os.getcwd()
         ret.task_name = str(sweep_config.hydra.job.name)
         try:
