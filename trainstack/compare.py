@@ -94,7 +94,7 @@ def said_by(source: str, holders: list[str]) -> tuple[str, bool]:
     m = re.match(r"command line `\+*(model|algo|env|args)\.", source)
     if m:
         return m.group(1), True
-    m = re.match(r"conf/(model|algo|env)/", source)
+    m = re.match(r"(?:conf/|\S*/)(model|algo|env)/[^/\s]+\.yaml", source)
     if m:
         return m.group(1), False
     return (holders or ["args"])[-1], False
