@@ -260,13 +260,17 @@ def flat_rows(table: dict[str, Any]) -> list[list[Any]]:
 
 
 def table_columns(table: dict[str, Any]) -> list:
-    """Columns by priority: run id and the first metric's final value always; then the varying keys,
-    rollouts and status; then the other values."""
+    """Columns by priority: run id and the first metric's final value always; then status and
+    rollouts (what a run did); then the varying keys (folding at `.`/`_`, never inside a word);
+    then the other values."""
     from trainstack.tables import Column
 
-    cols = [Column("run_id", 0, min_width=12)]
-    cols += [Column(k, 1, min_width=10) for k in table["varying_keys"]]
-    cols += [Column("status", 2, min_width=6), Column("rollouts", 2, numeric=True)]
+    from trainstack.status import RUN_ID_WHOLE
+
+    ids = min(max((len(str(row["run_id"])) for row in table["rows"]), default=12), RUN_ID_WHOLE)
+    cols = [Column("run_id", 0, min_width=max(ids, 12))]  # a run id whole, when it can be
+    cols += [Column(k, 2, min_width=6) for k in table["varying_keys"]]
+    cols += [Column("status", 1, min_width=6), Column("rollouts", 1, numeric=True)]
     for i, m in enumerate(table["metrics"]):
         cols += [Column(f"{m} final", 0 if i == 0 else 3 + 2 * i, numeric=True),
                  Column(f"{m} best", 3 + 2 * i + 1, numeric=True)]
