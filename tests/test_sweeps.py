@@ -70,3 +70,13 @@ def test_a_point_that_trained_nothing_says_so_and_shows_no_stale_reward(tmp_path
     row1 = next(ln for ln in lines if ln.split()[:1] == ["1"])
     assert row1.split()[1] == "ok" and float(row1.split()[3]) >= 0
     assert "2 points: 2 ok (1 finished earlier: nothing trained), 0 failed" in summary
+
+
+def test_a_slurm_dry_sweep_report_fits_80_columns(tmp_path):
+    res = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "experiment=qwen3-4B-grpo-dapo",
+                 "cluster=slurm_8xh100", "cluster.num_nodes=1,2", "run_id=qwen3-4B-grpo-dapo-${cluster.num_nodes}n",
+                 f"hydra.sweep.dir={tmp_path}/a-sweep-dir-with-a-long-name", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    lines = (res.stdout + res.stderr).splitlines()
+    assert not [ln for ln in lines if len(ln) > 80], lines
+    assert "nothing submitted" in " ".join(ln.strip() for ln in lines)
