@@ -84,3 +84,25 @@ def test_a_folded_cell_fits_and_keeps_its_words(text, width):
     folded = wrap_cell(text, width)
     assert all(len(ln) <= width for ln in folded.splitlines())
     assert re.sub(r"\s+", "", folded) == re.sub(r"\s+", "", text)
+
+
+def test_compare_reads_the_state_status_reads(tmp_path, monkeypatch, capsys):
+    """A Lium run whose status.json still says `submitted` while its launcher (the commander) knows it
+    finished: status and compare both say finished (they once said 6 rollouts finished vs submitted)."""
+    from trainstack import compare
+    from trainstack.launch import registry
+    from trainstack.status import collect, fill
+
+    d = make_run(tmp_path, "on-a-pod", ["algo.lr=1"], "submitted", 5, [0.1] * 6, target=6,
+                 status_says={"launcher": "lium"})
+    real_get = registry.get
+
+    class Commander:
+        def status(self, rows):
+            for r in rows:
+                r.state = "finished"
+
+    monkeypatch.setattr(registry, "get", lambda name: Commander() if name == "lium" else real_get(name))
+    (row,) = fill(collect([str(d)], str(tmp_path / "runs")))
+    (rec,) = compare.collect([str(d)], None, tmp_path / "runs")
+    assert row.state == rec.state == "finished" and rec.rollouts() == row.rollouts == 6

@@ -143,6 +143,13 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
             rec = load_record(run_dir)
             if group in (rec.config.get("name"), rec.group) and rec.run_id not in {r.run_id for r in records}:
                 records.append(rec)
+    from trainstack.status import run_states
+
+    states = run_states([str(r.run_dir) for r in records if r.run_dir is not None])  # status's truth, not a copy
+    for rec in records:
+        state = states.get(str(rec.run_dir))
+        if state is not None:
+            rec.status = {**rec.status, "state": state}
     return records
 
 

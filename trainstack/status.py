@@ -76,6 +76,13 @@ def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
     return [_run_row(ref) for ref in refs]
 
 
+def run_states(run_dirs: Sequence[str | Path]) -> dict[str, str | None]:
+    """Each run's state as `trainstack status` reports it (status.json, then its launcher: the
+    scheduler, the commander), by run dir: compare shows the same truth as status."""
+    rows = fill([_run_row(RunRef(Path(d), Path(d).name)) for d in run_dirs])
+    return {r.run_dir: r.state for r in rows}
+
+
 def default_targets(runs_root: str) -> list[str]:
     """`trainstack status` alone: the sweep in this directory, else every run under the runs root."""
     if layout.is_sweep_dir("."):
