@@ -15,9 +15,10 @@ from conftest import ROOT
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 
-def complete(line: str) -> list[str]:
-    """COMPREPLY for `line` with the cursor at its end, in a bash that installed trainstack's completion."""
-    script = ('eval "$(python run.py -sc install=bash)"\n'
+def complete(line: str, install: str = "python run.py") -> list[str]:
+    """COMPREPLY for `line` with the cursor at its end, in a bash that installed trainstack's completion
+    with `install -sc install=bash`."""
+    script = (f'eval "$({install} -sc install=bash)"\n'
               'read -ra COMP_WORDS <<< "$LINE"\n'
               'COMP_LINE="$LINE"; COMP_POINT=${#LINE}\n'
               'if [[ "$LINE" == *" " ]]; then COMP_CWORD=${#COMP_WORDS[@]}; else COMP_CWORD=$((${#COMP_WORDS[@]}-1)); fi\n'
@@ -61,3 +62,14 @@ def test_zsh_install_uses_the_bash_script():
     res = subprocess.run([sys.executable, str(ROOT / "run.py"), "-sc", "install=zsh"], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0 and "hydra_bash_completion" in res.stdout, res.stderr
+
+
+def test_trainstack_run_installs_and_completes_like_run_py():
+    """`trainstack run -sc install=bash` (a pip install has no run.py): the script completes after
+    `trainstack run`; Hydra's own query (`trainstack -sc query=bash`) used to fail with
+    `invalid choice: 'query=bash'`. Other subcommands get no override candidates."""
+    run = "trainstack run"
+    assert set(complete("trainstack run mod", install=run)) == {"model=", "model."}
+    assert complete("trainstack run model=qwen3-4B args.sglang_mem", install=run) == [
+        "args.sglang_mem_fraction_static="]
+    assert complete("trainstack status mod", install=run) == []

@@ -4,7 +4,8 @@ EXPECT, and a test fails when a documented command has no entry or an entry is n
 docs/compare.md and docs/slurm.md have their own tests. A line marked `(not run in tests: ...)` needs
 what CI does not have (slime's own environment) or is the test suite itself, and says so.
 
-Commands run in one scratch directory per doc (they build on each other: train, then resume), with
+Commands run in one scratch directory per doc, in the doc's order on a clean runs root, as a newcomer
+follows it (they build on each other: `make run` trains, the README's later examples continue that run), with
 `python` being this interpreter (the activated venv) and `run.py` the checkout's; `make` targets run
 in the checkout, and the README's clean-clone path (`make install`, `source .venv/bin/activate`) is
 checked as a user runs it.
@@ -58,9 +59,10 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "python run.py --cfg job algo.lr=2e-6": (0, "lr: 2.0e-06"),
     "python run.py --info defaults": (0, "Defaults List"),
     "trainstack args --rollout-batch-size": (0, "--rollout-batch-size  (dest rollout_batch_size"),
-    "python run.py env.num_rollout=200 args.save_interval=50": (0, "(finished, exit code 0)"),
-    "python run.py env.num_rollout=300 args.save_interval=50": (0, "resuming from rollout 199"),
-    "python run.py -m algo.lr=1e-3,2e-3 env.num_rollout=100 args.save_interval=50 hydra.sweep.dir=multirun/lr-sweep":
+    # after `make run` in the same runs root: the README is walked in order, as a newcomer follows it
+    "python run.py env.num_rollout=900 args.save_interval=50": (0, "resuming from rollout 799 (next: 800)"),
+    "python run.py env.num_rollout=300 args.save_interval=50": (0, "covers num_rollout=300. Nothing to train."),
+    "python run.py -m algo.lr=5e-4,2e-3 env.num_rollout=100 args.save_interval=50 hydra.sweep.dir=multirun/lr-sweep":
         (0, "2 points: 2 ok, 0 failed"),
     "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
     "cluster=slurm_8xh100 cluster.num_nodes=1,2 'run_id=qwen3-4B-grpo-dapo-${cluster.num_nodes}n' hydra.sweep.dir=sw":
@@ -94,7 +96,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
 # Commands that need nothing an earlier command of their doc made, and make nothing a later one reads: under
 # pytest-xdist they run on whichever worker is free (in that worker's copy of the doc's directory), the others
 # of a doc one after another on one worker (tests/conftest.py). The slow ones: a whole CPU smoke run, mypy.
-INDEPENDENT = {"make run", "make lint", "python run.py experiment=cpu-agentic env.num_rollout=5",
+INDEPENDENT = {"make lint", "python run.py experiment=cpu-agentic env.num_rollout=5",
                "python -m trainstack.tools.sync_slime presets --check", "python -m trainstack.tools.golden"}
 TINY_TRAIN_PREFIX = "python -m trainstack.tiny.train --num-layers 2"
 EXPECT_PREFIX: dict[str, tuple[int, Check]] = {TINY_TRAIN_PREFIX: (0, "rollout 800/800")}
@@ -153,9 +155,8 @@ def to_argv(cmd: str, cwd: Path) -> list[str]:
     toks = [t.replace("/tmp/", f"{cwd}/", 1) if t.startswith("/tmp/") else t for t in shlex.split(cmd)]
     if toks[0] == "trainstack":
         return [sys.executable, "-m", "trainstack.cli", *toks[1:]]
-    if toks[0] == "make":
-        own = cwd / "make-run"  # its own run: the README trains the same config again below
-        extra = [f"ARGS=paths.runs_root={own}/runs paths.data_root={own}/data"] if toks[1:] == ["run"] else []
+    if toks[0] == "make":  # `make run` trains in the doc's runs root: the README's next examples continue it
+        extra = [f"ARGS=paths.runs_root={cwd}/runs paths.data_root={cwd}/data"] if toks[1:] == ["run"] else []
         return ["make", "-C", str(ROOT), *toks[1:], *extra]
     if toks[:2] == ["source", ".venv/bin/activate"]:
         return ["bash", "-c", f"source {shlex.quote(str(VENV / 'bin' / 'activate'))} && command -v python trainstack"]

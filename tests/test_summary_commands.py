@@ -36,7 +36,7 @@ def test_the_stored_spec_drops_the_plus_that_pasting_needs(tmp_path, monkeypatch
 def test_resume_and_more_commands_compose_to_the_same_run(tmp_path, monkeypatch):
     cmds = printed(tmp_path, monkeypatch)
     resume = shlex.split(cmds["resume"])
-    assert resume[:2] == ["python", "run.py"] and "++env.meta.http_env.serve.options={turns: 9}" in resume
+    assert resume[:2] == ["trainstack", "run"] and "++env.meta.http_env.serve.options={turns: 9}" in resume  # not in a checkout
     again, _ = build_from_overrides(resume[2:])
     assert again.run_id == "paste-1" and again.meta["env"]["http_env"]["serve"]["options"] == {"turns": 9}
     more = shlex.split(cmds["more"].replace("<N>", "5"))

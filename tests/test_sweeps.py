@@ -49,3 +49,34 @@ def test_summary_and_exit_code_when_a_point_fails(tmp_path):
     assert rows[0][:3] == ["0", "ok", "0"] and rows[1][:2] == ["1", "failed"] and rows[1][2] != "0"
     assert float(rows[0][3]) >= 0  # final reward of the point that trained
     assert "2 points: 1 ok, 1 failed" in summary
+
+
+@pytest.mark.slow
+def test_a_point_that_trained_nothing_says_so_and_shows_no_stale_reward(tmp_path):
+    """The README's path: a run finished earlier (the quick start) is a sweep's point too. It trains
+    nothing, so its line says `finished earlier at N` and shows no reward: the run's last reward is not
+    this sweep's result. The summary fits 80 columns."""
+    first = run_py("env.num_rollout=3", *FAST[1:], cwd=tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    res = run_py("-m", "algo.lr=1e-3,2e-3", *FAST, "hydra.sweep.dir=sw", cwd=tmp_path, timeout=300,
+                 env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = res.stderr[res.stderr.index("sweep summary"):]
+    assert not [ln for ln in summary.splitlines() if len(ln) > 80], summary
+    lines = summary.splitlines()
+    point0 = " ".join(lines[2:4])
+    assert point0.split()[:4] == ["0", "nothing", "0", "-"], summary
+    assert "(finished earlier at 3: nothing trained)" in " ".join(" ".join(lines).split())
+    row1 = next(ln for ln in lines if ln.split()[:1] == ["1"])
+    assert row1.split()[1] == "ok" and float(row1.split()[3]) >= 0
+    assert "2 points: 2 ok (1 finished earlier: nothing trained), 0 failed" in summary
+
+
+def test_a_slurm_dry_sweep_report_fits_80_columns(tmp_path):
+    res = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "experiment=qwen3-4B-grpo-dapo",
+                 "cluster=slurm_8xh100", "cluster.num_nodes=1,2", "run_id=qwen3-4B-grpo-dapo-${cluster.num_nodes}n",
+                 f"hydra.sweep.dir={tmp_path}/a-sweep-dir-with-a-long-name", cwd=tmp_path, env={"COLUMNS": "80"})
+    assert res.returncode == 0, res.stderr
+    lines = (res.stdout + res.stderr).splitlines()
+    assert not [ln for ln in lines if len(ln) > 80], lines
+    assert "nothing submitted" in " ".join(ln.strip() for ln in lines)

@@ -160,8 +160,12 @@ class Run:
         return cls(run.run_dir, run.run_id, run.cluster.launcher, run, cmd, given)
 
     @classmethod
-    def open(cls, target: str | Path, runs_root: str | Path = "runs") -> "Run":
-        """A run on disk: a run id under `runs_root` or a run directory (as `trainstack status` takes)."""
+    def open(cls, target: str | Path, runs_root: str | Path | None = None) -> "Run":
+        """A run on disk: a run id under `runs_root` (default: $TRAINSTACK_RUNS_ROOT, else ./runs) or a
+        run directory (as `trainstack status` takes)."""
+        from trainstack.userconfig import default_runs_root
+
+        runs_root = default_runs_root() if runs_root is None else runs_root
         from trainstack.rundir import RunDir, layout
         from trainstack.rundir.targets import _run_id_of, bad_target, find_run
 
@@ -298,11 +302,14 @@ def _side(x: "Run | str | Sequence[str]", runs_root: str | Path, config_dir: str
     return compose_side(list(x), " ".join(x), config_dir)
 
 
-def diff_runs(a: "Run | str | Sequence[str]", b: "Run | str | Sequence[str]", *, runs_root: str | Path = "runs",
-         config_dir: str | Path | None = None) -> Diff:
+def diff_runs(a: "Run | str | Sequence[str]", b: "Run | str | Sequence[str]", *,
+              runs_root: str | Path | None = None, config_dir: str | Path | None = None) -> Diff:
     """`trainstack diff A B`: each side a Run, a run id / run dir / experiment / quoted override list
     (a string, as the CLI takes it), or a list of overrides. Bad sides: ConfigErrors with all problems."""
     from trainstack.diff import diff_sides, format_text
+    from trainstack.userconfig import default_runs_root
+
+    runs_root = default_runs_root() if runs_root is None else runs_root
 
     conf = str(config_dir) if config_dir is not None else None
     sides, errors = [], []

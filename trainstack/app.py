@@ -86,6 +86,7 @@ def run_app(cfg: Any) -> Any:
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch import registry
     from trainstack.lifecycle import EXIT_BUSY
+    from trainstack.rundir import RunDir
     from trainstack.runspec import RunSpec
     from trainstack.sweep_points import plugin_problem
 
@@ -102,6 +103,7 @@ def run_app(cfg: Any) -> Any:
 
         launcher.record_sweep(hc.sweep.dir, [SweepRun(run_id=run.run_id, run_dir=spec.run_dir,
                                                       overrides=list(spec.overrides), job_num=hc.job.num)])
+    seen = len(RunDir(spec.run_dir).events()) if sweep else 0  # what this point adds: did it train?
     try:
         code = launcher.submit(spec)
     except ConfigErrors as err:
@@ -110,10 +112,11 @@ def run_app(cfg: Any) -> Any:
         report_failure_and_exit(ex)
 
     if sweep:  # the local sweep launcher prints one summary and sets the exit code
-        from trainstack.sweep_points import PointResult
+        from trainstack.sweep_points import PointResult, finished_earlier
 
         return PointResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, code=code,
-                           overrides=[o for o in origin.overrides if not o.startswith(("dry_run", "hydra"))])
+                           overrides=[o for o in origin.overrides if not o.startswith(("dry_run", "hydra"))],
+                           earlier=finished_earlier(RunDir(spec.run_dir).events()[seen:]))
     if code != EXIT_BUSY and launcher.waits:
         print_summary(spec, code)
     if code:

@@ -8,6 +8,9 @@ import sys
 from typing import NoReturn
 
 from trainstack.errors import ConfigErrors, report_and_exit
+from trainstack.userconfig import RUNS_ROOT_ENV, default_runs_root
+
+RUNS_ROOT_HELP = f"where run ids are looked up (default ${RUNS_ROOT_ENV}, else ./runs)"
 
 
 def cmd_render(ns: argparse.Namespace) -> int:
@@ -95,7 +98,7 @@ def add_diff_compare(sub) -> None:
                                    "override list. Exit 0 equal, 1 different, 2 bad input.")
     p.add_argument("a", help="run id | run dir | experiment | 'key=value ...' | default")
     p.add_argument("b", nargs="?", help="as A (omit with --against-defaults)")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--config-dir", help="config tree for composed specs (default: the project's conf/)")
     p.add_argument("--against-defaults", action="store_true",
                    help="compare A with its experiment's base (experiment=E alone), else with the default config")
@@ -104,7 +107,7 @@ def add_diff_compare(sub) -> None:
     p = sub.add_parser("compare", help="one table of runs: varying config keys, status, metrics; plot/CSV/JSON")
     p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run ids or run dirs")
     p.add_argument("--group", "-g", help="runs whose config `name` or wandb group equals this")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--metric", "-m", action="append", default=None,
                    help="metric name or glob (repeatable; default rollout/raw_reward and eval/*)")
     p.add_argument("--sort", help="sort by a metric's final value (or a column: run_id, status, a config key)")
@@ -157,14 +160,14 @@ def add_status_cancel(sub) -> None:
                        "scheduler, logs (no target: every run under --runs-root)")
     p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids (default: the "
                    "sweep in this directory, else every run under --runs-root)")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (each run's launcher: scancel for SLURM, "
                        "the commander for Lium, the launching process here)")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--dry", action="store_true", help="print what would be done (scancel commands, ...) only")
     p.add_argument("--purge", action="store_true", help="Lium runs: also delete the run's volume (its checkpoints)")
     p.set_defaults(func=cmd_cancel)
@@ -200,7 +203,7 @@ def cmd_logs(ns: argparse.Namespace) -> int:
 def add_logs(sub) -> None:
     p = sub.add_parser("logs", help="a run's trainer log (Lium runs: from the pod, through the commander)")
     p.add_argument("run", help="a run id (under --runs-root) or a run directory")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     p.add_argument("--worker", action="store_true", help="Lium runs: the worker's log instead of the trainer's")
     p.set_defaults(func=cmd_logs)
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "resume from the latest complete checkpoint, events, status, signals). Nothing is "
                                    "recomposed: conf/ and code edits since the submit do not change the run.")
     p.add_argument("run", help="a run id (under --runs-root) or a run directory")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--quiet", "-q", action="store_true", help="no summary at the end")
     p.set_defaults(func=cmd_exec)
     add_diff_compare(sub)  # diff / compare
@@ -326,6 +329,25 @@ def main(argv: list[str] | None = None) -> int:
 
     add_sync(sub)  # sync (a run's offline W&B dirs, in order)
     argv = list(sys.argv[1:] if argv is None else argv)
+    from trainstack import completion
+
+    if completion.wants_completion(argv):  # `trainstack run -sc install=bash`, and its script's queries
+        run_argv = completion.for_trainstack_run(argv)
+        if run_argv is None:
+            return 0
+        argv = run_argv
+        if any(a.startswith("install=") for a in argv):
+            import contextlib
+            import io
+
+            from trainstack.app import main as run_main
+
+            buf = io.StringIO()
+            sys.argv = [f"{parser.prog} run", *argv[1:]]
+            with contextlib.redirect_stdout(buf):
+                run_main()
+            print(completion.install_script_for_trainstack(buf.getvalue()), end="")
+            return 0
     if argv[:1] == ["run"]:  # `trainstack run ...` = `python run.py ...` (Hydra parses the rest)
         from trainstack.app import main as run_main
 

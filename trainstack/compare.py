@@ -94,7 +94,7 @@ def said_by(source: str, holders: list[str]) -> tuple[str, bool]:
     m = re.match(r"command line `\+*(model|algo|env|args)\.", source)
     if m:
         return m.group(1), True
-    m = re.match(r"conf/(model|algo|env)/", source)
+    m = re.match(r"(?:conf/|\S*/)(model|algo|env)/[^/\s]+\.yaml", source)
     if m:
         return m.group(1), False
     return (holders or ["args"])[-1], False
@@ -143,6 +143,13 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
             rec = load_record(run_dir)
             if group in (rec.config.get("name"), rec.group) and rec.run_id not in {r.run_id for r in records}:
                 records.append(rec)
+    from trainstack.status import run_states
+
+    states = run_states([str(r.run_dir) for r in records if r.run_dir is not None])  # status's truth, not a copy
+    for rec in records:
+        state = states.get(str(rec.run_dir))
+        if state is not None:
+            rec.status = {**rec.status, "state": state}
     return records
 
 
@@ -260,13 +267,17 @@ def flat_rows(table: dict[str, Any]) -> list[list[Any]]:
 
 
 def table_columns(table: dict[str, Any]) -> list:
-    """Columns by priority: run id and the first metric's final value always; then the varying keys,
-    rollouts and status; then the other values."""
+    """Columns by priority: run id and the first metric's final value always; then status and
+    rollouts (what a run did); then the varying keys (folding at `.`/`_`, never inside a word);
+    then the other values."""
     from trainstack.tables import Column
 
-    cols = [Column("run_id", 0, min_width=12)]
-    cols += [Column(k, 1, min_width=10) for k in table["varying_keys"]]
-    cols += [Column("status", 2, min_width=6), Column("rollouts", 2, numeric=True)]
+    from trainstack.status import RUN_ID_WHOLE
+
+    ids = min(max((len(str(row["run_id"])) for row in table["rows"]), default=12), RUN_ID_WHOLE)
+    cols = [Column("run_id", 0, min_width=max(ids, 12))]  # a run id whole, when it can be
+    cols += [Column(k, 2, min_width=6) for k in table["varying_keys"]]
+    cols += [Column("status", 1, min_width=6), Column("rollouts", 1, numeric=True)]
     for i, m in enumerate(table["metrics"]):
         cols += [Column(f"{m} final", 0 if i == 0 else 3 + 2 * i, numeric=True),
                  Column(f"{m} best", 3 + 2 * i + 1, numeric=True)]

@@ -47,3 +47,36 @@ def complete(hydra_app: Callable[[], Any]) -> None:
     hydra_says = buf.getvalue().split()
     for cand in dict.fromkeys([*hydra_says, *dest_candidates(current_word(line, point))]):
         print(cand)
+
+
+SC_FLAGS = ("-sc", "--shell-completion")
+
+
+def wants_completion(argv: list[str]) -> bool:
+    return any(a in SC_FLAGS or a.startswith("--shell-completion=") for a in argv)
+
+
+def for_trainstack_run(argv: list[str]) -> list[str] | None:
+    """`trainstack run -sc install=bash` and the query its script sends (`trainstack -sc query=bash`, with
+    COMP_LINE `trainstack run ...`) as the argv of `trainstack run`; None for a query about another
+    subcommand (no candidates: the shell completes file names). COMP_LINE loses its `run` word, so Hydra
+    reads the overrides after it, as after `python run.py`."""
+    if argv[:1] == ["run"]:
+        return argv
+    line = os.environ.get("COMP_LINE", "")
+    words = line.split(" ")
+    if len(words) < 2 or words[1] != "run":
+        return None
+    try:
+        point = int(os.environ.get("COMP_POINT", len(line)))
+    except ValueError:
+        point = len(line)
+    cut = len(words[0]) + len(" run")
+    os.environ["COMP_LINE"] = line[:len(words[0])] + line[cut:]
+    os.environ["COMP_POINT"] = str(max(point - (cut - len(words[0])), len(words[0])))
+    return ["run", *argv]
+
+
+def install_script_for_trainstack(script: str) -> str:
+    """Hydra's install script, registered for the `trainstack` command (Hydra names `trainstack run`)."""
+    return re.sub(r"(complete [^\n]*-F hydra_bash_completion) trainstack run\b", r"\1 trainstack", script)

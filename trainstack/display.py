@@ -201,8 +201,10 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     _, rewards = rd.last_metrics()
     ckpt = inspect(run.args.get("save") or str(rd.checkpoints))
     overrides = [pasteable(o) for o in run.overrides]
-    rerun = shlex.join(["python", "run.py", *overrides])
-    more = shlex.join(["python", "run.py", *[o for o in overrides if not o.startswith("env.num_rollout=")]])
+    from trainstack.userconfig import launch_words, runs_root_flag
+
+    rerun = shlex.join([*launch_words(), *overrides])
+    more = shlex.join([*launch_words(), *[o for o in overrides if not o.startswith("env.num_rollout=")]])
     from trainstack.tables import output_width
 
     width = output_width(out)
@@ -214,10 +216,7 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
                       width, "", " " * 9)
     lines += fold(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet",
                   width, "", " " * 9)
-    import os
-
-    runs_root = os.path.dirname(run.run_dir)
-    roots = "" if os.path.abspath("runs") == runs_root else f" --runs-root {shlex.quote(runs_root)}"
+    roots = runs_root_flag(run.run_dir)
     lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
     lines += _command_line("exec", f"trainstack exec {run.run_id}{roots}", "  # the stored run as it was submitted",
                            width)

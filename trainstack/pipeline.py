@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.render import SlimeCommand, render
-from trainstack.resolve import CONF_DIR, PRIMARY_CONFIG, Origin, ResolvedRun, resolve
+from trainstack.resolve import CONF_DIR, PRIMARY_CONFIG, Origin, ResolvedRun, config_dirs, resolve
 from trainstack.validate import validate
 
 
@@ -44,6 +44,7 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
     origin = Origin(choices={k: v for k, v in choices.items() if not str(k).startswith("hydra")},
                     overrides=[str(o) for o in task])
     origin.conf_dir = CONF_DIR if conf_dir is None else type(CONF_DIR)(conf)
+    origin.search_dirs = config_dirs(cfg.hydra)  # a --config-dir's presets are attributed to their files
     with_hydra_removed = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     return with_hydra_removed, origin
 

@@ -83,6 +83,42 @@ def _override_keys(overrides: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def config_dirs(hydra_node: Any) -> list[str]:
+    """The file config sources of a composed config's `hydra` node, in Hydra's search order."""
+    try:
+        sources = hydra_node.runtime.config_sources or []
+        return [str(s.path) for s in sources if s.schema == "file" and s.path]
+    except Exception:  # a node without runtime info (a stored config): the packaged conf/ only
+        return []
+
+
+@lru_cache(maxsize=256)
+def _located(dirs: tuple[str, ...], conf_dir: str, group: str, opt: str) -> tuple[str, str]:
+    """(how to name it, its path) of `<group>/<opt>.yaml`: the first search dir that has it (Hydra's
+    rule); `conf/...` for the packaged tree."""
+    rel = f"{group}/{opt}.yaml"
+    for d in dirs:
+        path = os.path.join(d, rel)
+        if os.path.isfile(path):
+            return (f"conf/{rel}", path) if os.path.realpath(d) == os.path.realpath(conf_dir) else (path, path)
+    return f"conf/{rel}", os.path.join(conf_dir, rel)
+
+
+def is_experiment_source(source: str) -> bool:
+    """A provenance naming an experiment file (packaged, or in a --config-dir)."""
+    head = source.split(" (", 1)[0]
+    return head.startswith("conf/experiment/") or (head.endswith(".yaml") and "/experiment/" in head
+                                                    and not head.startswith("command line"))
+
+
+def is_group_file_source(source: str) -> bool:
+    """A provenance naming a model/algo/env file (packaged, or in a --config-dir)."""
+    import re
+
+    head = source.split(" (", 1)[0]
+    return bool(re.search(r"(^|/)(model|algo|env)/[^/]+\.yaml$", head)) and not head.startswith("command line")
+
+
 @dataclass
 class Origin:
     """What Hydra knows about how the config was made."""
@@ -91,6 +127,9 @@ class Origin:
     overrides: list[str] = field(default_factory=list)  # task overrides as given (after our rewrite)
     cwd: str = field(default_factory=os.getcwd)
     conf_dir: Path = CONF_DIR
+    # Hydra's file config sources in search order (the packaged conf/, then --config-dir ones): a group
+    # option or an experiment is attributed to the file Hydra took it from
+    search_dirs: list[str] = field(default_factory=list)
 
     @classmethod
     def from_hydra(cls, hydra_node: Any, cwd: str | None = None) -> "Origin":
@@ -103,7 +142,7 @@ class Origin:
         choices: dict[str, Any] = raw(hydra_node.runtime.choices) or {}
         return cls(choices={k: v for k, v in choices.items() if not k.startswith("hydra")},
                    overrides=[str(o) for o in raw(hydra_node.overrides.task) or []],
-                   cwd=cwd or hydra_node.runtime.cwd or os.getcwd())
+                   cwd=cwd or hydra_node.runtime.cwd or os.getcwd(), search_dirs=config_dirs(hydra_node))
 
     def override_keys(self) -> dict[str, str]:
         """dotted key -> the override text, as the user would recognise it (made once per list of
@@ -111,14 +150,19 @@ class Origin:
         return dict(_override_keys(tuple(self.overrides)))
 
     def group_file(self, group: str) -> str:
+        """The file a group's option came from: `conf/<group>/<opt>.yaml` when it is a packaged one,
+        else its path in the --config-dir that holds it."""
         opt = self.choices.get(group)
-        return f"conf/{group}/{opt}.yaml" if opt else ""
+        if not opt:
+            return ""
+        return _located(tuple(self.search_dirs), str(self.conf_dir), group, str(opt))[0]
 
     def experiment_sets(self, dotted: str) -> bool:
         exp = self.choices.get("experiment")
         if not exp:
             return False
-        node: Any = _experiment_tree(str(self.conf_dir / "experiment" / f"{exp}.yaml"))
+        path = _located(tuple(self.search_dirs), str(self.conf_dir), "experiment", str(exp))[1]
+        node: Any = _experiment_tree(path)
         for part in dotted.split("."):
             if not isinstance(node, dict) or part not in node:
                 return False
@@ -131,7 +175,7 @@ class Origin:
         if dotted in ov:
             return f"command line `{ov[dotted]}`"
         if self.experiment_sets(dotted):
-            return f"conf/experiment/{self.choices['experiment']}.yaml"
+            return self.group_file("experiment")
         head = dotted.split(".", 1)[0]
         if head in self.choices and self.choices.get(head):
             return self.group_file(head)
@@ -310,7 +354,7 @@ def source_rank(source: str) -> int:
     """Who said it: the command line beats an experiment file beats the group files."""
     if source.startswith("command line"):
         return 3
-    if source.startswith("conf/experiment/"):
+    if is_experiment_source(source):
         return 2
     return 1
 
@@ -350,7 +394,7 @@ def drop_preset_sglang_dests(merged: dict[str, Any], provenance: dict[str, str],
     if not is_train_only(merged):
         return []
     dropped = [d for d, v in merged.items() if v is not None and d in table and table[d].group == "sglang"
-               and provenance.get(d, "").startswith("conf/") and not provenance[d].startswith("conf/experiment/")]
+               and is_group_file_source(provenance.get(d, ""))]
     for d in dropped:
         merged[d] = None
         provenance[d] += " (not emitted: train-only runs skip SGLang)"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainstack.checkpoints import CheckpointState, inspect
-from trainstack import hooks
+from trainstack import binding, hooks
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.resolve import NON_TRAINING_DESTS
 from trainstack.identity import input_changes, inputs_of
@@ -87,6 +87,7 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
                 state.latest_complete is None or remote.latest > state.latest_complete):
             state, source = CheckpointState(save, remote.latest, remote.latest), remote.source
             stored, stored_inputs = remote.record["args"], remote.record.get("inputs")
+    binding.check(run, rundir.read(layout.SPEC), state.resumable)  # launcher and spec (trainstack/binding.py)
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
         changes = config_changes(stored, run.args)

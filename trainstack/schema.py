@@ -158,6 +158,9 @@ class ResumeSpec:
 
     CHOICES = {"mode": ("auto", "never", "must")}
     MAX_S = 7 * 86400.0  # longer would block a dead run for a week (and overflow the renewal thread's waits)
+    # names that are not dests: start over although checkpoints were recorded (resume.py), move a run to
+    # another launcher (binding.py)
+    CONSENTS = ("checkpoints", "launcher")
 
     def problems(self) -> list[tuple[str, Any, str, str]]:
         """(key, value, problem, fix) for values the types alone do not rule out."""
@@ -170,7 +173,7 @@ class ResumeSpec:
 
         table = at.load_table()
         for name in self.allow_changes:
-            if name not in table:
+            if name not in table and name not in self.CONSENTS:
                 close = table.suggest(name)
                 out.append(("allow_changes", name, f"{name!r} is not a slime argument, so it can never change",
                             (f"did you mean {close[0]}? " if close else "") + "name slime dests, e.g. "

@@ -95,6 +95,13 @@ def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
     return [_run_row(ref) for ref in refs]
 
 
+def run_states(run_dirs: Sequence[str | Path]) -> dict[str, str | None]:
+    """Each run's state as `trainstack status` reports it (status.json, then its launcher: the
+    scheduler, the commander), by run dir: compare shows the same truth as status."""
+    rows = fill([_run_row(RunRef(Path(d), Path(d).name)) for d in run_dirs])
+    return {r.run_dir: r.state for r in rows}
+
+
 def default_targets(runs_root: str) -> list[str]:
     """`trainstack status` alone: the sweep in this directory, else every run under the runs root."""
     if layout.is_sweep_dir("."):
@@ -147,7 +154,11 @@ def fill(rows: list[Row]) -> list[Row]:
         r.varying = list(r.overrides) if len(rows) == 1 else [
             o for o in r.overrides
             if len(by_key[o.partition("=")[0]]) > 1 or o.partition("=")[0] not in common]
+        r.varying = [o for o in r.varying if o.partition("=")[0] != "run_id"]  # the row's own column
     return rows
+
+
+RUN_ID_WHOLE = 21  # run ids up to this long are never folded; a longer one folds after a "-" (tables.py)
 
 
 def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
@@ -158,7 +169,8 @@ def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
     any_job = any(r.job_id for r in rows)
     any_hub = any(r.hub_pushed is not None or r.hub_pending is not None for r in rows)
     any_pod = any(r.pod is not None or r.epoch for r in rows)
-    cols = [Column("run_id", 0, min_width=12), Column("run", 0, min_width=8),
+    ids = min(max((len(r.run_id) for r in rows), default=12), RUN_ID_WHOLE)  # a run id whole, when it can be
+    cols = [Column("run_id", 0, min_width=max(ids, 12)), Column("run", 0, min_width=8),
             Column("rollouts", 1, numeric=True), Column("reward", 1, numeric=True),
             Column("varying overrides", 2, min_width=14), Column("ckpt", 3, numeric=True)]
     if any_hub:

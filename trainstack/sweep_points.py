@@ -20,6 +20,16 @@ class PointResult:
     run_dir: str
     code: int
     overrides: list[str]
+    earlier: int | None = None  # trained nothing: the run had finished earlier, at this many rollouts
+
+
+def finished_earlier(events: Sequence[dict]) -> int | None:
+    """The rollouts a run had when a launch found it finished and trained nothing (its new events: a
+    `finished` record, no launch or resume); None when the launch trained."""
+    if any(e.get("event") in ("launch", "resume") for e in events):
+        return None
+    done = [e.get("latest_checkpoint") for e in events if e.get("event") == "finished"]
+    return done[-1] + 1 if done and isinstance(done[-1], int) else None
 
 
 def plugin_problem(launcher_name: str) -> ConfigError | None:
@@ -111,16 +121,25 @@ def final_reward(run_dir: str) -> float | None:
 
 
 def print_summary(results: Sequence[PointResult], file=None) -> None:
+    """One line per point, folded to the terminal's width. A point that trained nothing says so
+    (`finished earlier at N`) and shows no reward: the run's last reward is not this sweep's result."""
+    from trainstack.tables import fold, output_width
+
     out = file or sys.stderr
+    width = output_width(out)
     print("\nsweep summary", file=out)
     print(f"{'point':>5}  {'status':8}  {'exit':>4}  {'reward':>7}  run id / overrides", file=out)
     for r in results:
-        reward = final_reward(r.run_dir)
-        status = "ok" if r.code == 0 else "failed"
-        print(f"{r.num:>5}  {status:8}  {r.code:>4}  {'-' if reward is None else f'{reward:.3f}':>7}  {r.run_id}  "
-              f"{' '.join(o.lstrip('+') for o in r.overrides)}", file=out)
+        reward = None if r.earlier is not None else final_reward(r.run_dir)
+        status = "failed" if r.code else "ok" if r.earlier is None else "nothing"
+        note = f"(finished earlier at {r.earlier}: nothing trained) " if r.earlier is not None else ""
+        text = (f"{r.num:>5}  {status:8}  {r.code:>4}  {'-' if reward is None else f'{reward:.3f}':>7}  {r.run_id}  "
+                f"{note}{' '.join(o.lstrip('+') for o in r.overrides)}")
+        print("\n".join(fold(text, width, "", " " * 33)), file=out)
     failed = sum(r.code != 0 for r in results)
-    print(f"{len(results)} points: {len(results) - failed} ok, {failed} failed", file=out, flush=True)
+    idle = sum(r.code == 0 and r.earlier is not None for r in results)
+    trained_nothing = f" ({idle} finished earlier: nothing trained)" if idle else ""
+    print(f"{len(results)} points: {len(results) - failed} ok{trained_nothing}, {failed} failed", file=out, flush=True)
 
 
 def remove_empty_dirs(sweep_dir: str, job_dirs: Sequence[str]) -> None:

@@ -8,6 +8,7 @@ in a pipe without COLUMNS: `output_width`).
 """
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -32,8 +33,21 @@ def _natural(col: Column, cells: Sequence[str]) -> int:
     return max([len(col.name), *(max((len(p) for p in c.splitlines()), default=0) for c in cells)])
 
 
+# A long word folds after one of these (`cluster.` / `num_nodes`, `run-` / `id`, `key=` / `value`),
+# never inside a part, unless the part alone is wider than its column.
+SOFT_BREAK = re.compile(r"(?<=[/._=,:-])")
+
+
+def _parts(word: str) -> list[str]:
+    return [p for p in SOFT_BREAK.split(word) if p]
+
+
+def _longest_part(text: str) -> int:
+    return max((len(p) for w in text.split() for p in _parts(w)), default=0)
+
+
 def _header_min(name: str) -> int:
-    return max((len(w) for w in name.replace("/", "/ ").split()), default=1)
+    return max(_longest_part(name), 1)
 
 
 WORD_CAP = 20  # a longer word (a path) folds rather than widen its column
@@ -43,8 +57,34 @@ def _min(col: Column, cells: Sequence[str]) -> int:
     values = max((len(c) for c in cells), default=0)
     if col.numeric:
         return max(values, min(_header_min(col.name), 12), 1)
-    word = max((len(w) for c in cells for w in c.split()), default=0)
+    word = max((_longest_part(c) for c in cells), default=0)
     return min(_natural(col, cells), max(col.min_width, min(_header_min(col.name), 12), min(word, WORD_CAP)))
+
+
+def wrap_cell(text: str, width: int) -> str:
+    """A text cell folded to `width`: at spaces (a word that fits a line starts one), a longer word
+    after its soft breaks (SOFT_BREAK), and only a part wider than the column is cut; so a column
+    never splits `rollout_batch_size` or `finished`."""
+    out: list[str] = []
+    for line in text.splitlines() or [""]:
+        cur = ""
+        for word in line.split(" "):
+            if len(cur) + bool(cur) + len(word) <= width:
+                cur += (" " if cur else "") + word
+                continue
+            if cur:
+                out.append(cur)
+                cur = ""
+            for piece in ([word] if len(word) <= width else _parts(word)):
+                if len(cur) + len(piece) > width and cur:
+                    out.append(cur)
+                    cur = ""
+                while len(piece) > width:
+                    out.append(piece[:width])
+                    piece = piece[width:]
+                cur += piece
+        out.append(cur)
+    return "\n".join(out)
 
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) -> dict[int, int]:
@@ -78,10 +118,8 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
 
 
 def wrap_header(name: str, width: int) -> str:
-    """A header over several lines, broken after '/' and at spaces, each line at most `width`."""
-    import re
-
-    tokens = [t for t in re.split(r"(?<=/)|(?= )", name) if t]
+    """A header over several lines, broken at spaces and after '/', '.', '_', '-', each line at most `width`."""
+    tokens = [t for t in re.split(r"(?<=[/._-])|(?= )", name) if t]
     lines: list[str] = []
     for tok in tokens:
         if lines and len(lines[-1] + tok) <= width:
@@ -112,7 +150,7 @@ def print_table(columns: Sequence[Column], rows: Sequence[Sequence[str]], title:
         table.add_column(wrap_header(col.name, w), justify="right" if col.numeric else "left", width=w,
                          min_width=w, max_width=w, overflow="fold")
     for r in rows:
-        table.add_row(*(r[i] for i in widths))
+        table.add_row(*(r[i] if columns[i].numeric else wrap_cell(r[i], w) for i, w in widths.items()))
     console = Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False, markup=False,
                       force_terminal=False if not getattr(out, "isatty", lambda: False)() else None)
     console.print(table)

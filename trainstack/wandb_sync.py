@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.userconfig import default_runs_root
 
 _STAMP = re.compile(r"^offline-run-(\d{8}_\d{6})-")
 
@@ -120,7 +121,7 @@ def cmd_sync(ns: argparse.Namespace) -> int:
 def add_sync(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("sync", help="upload a run's offline W&B runs to W&B, oldest first (one W&B run per run id)")
     p.add_argument("run", help="a run id (under --runs-root) or a run directory")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help="where run ids are looked up (default $TRAINSTACK_RUNS_ROOT, else ./runs)")
     p.add_argument("--project", help="upload into this W&B project instead of the one the run logged to")
     p.add_argument("--entity", help="W&B entity (team) to upload into")
     p.add_argument("--again", action="store_true", help="also the directories already synced")

@@ -328,6 +328,8 @@ class SlurmLauncher(Launcher):
         problems = submit_host_problems()
         if problems:
             raise ConfigErrors(problems)
+        from trainstack.userconfig import run_target
+
         settings: SlurmSettings = self.settings(spec)
         store_pending(spec)
         point = make_point(spec, settings)
@@ -337,8 +339,8 @@ class SlurmLauncher(Launcher):
         job = submit_points([point], [params], folder, settings)[0]
         rec = record_job(point, job, folder, None)
         print(f"trainstack: submitted {spec.run_id} as SLURM job {job.job_id} ({time.perf_counter() - t0:.2f} s); "
-              f"logs {rec['logs']['stdout']}\n  follow it: trainstack status {spec.run_id}    stop it: trainstack "
-              f"cancel {spec.run_id}", file=sys.stderr, flush=True)
+              f"logs {rec['logs']['stdout']}\n  follow it: trainstack status {run_target(spec.run_id, spec.run_dir)}"
+              f"    stop it: trainstack cancel {run_target(spec.run_id, spec.run_dir)}", file=sys.stderr, flush=True)
         if not settings.wait:
             return 0
         try:

@@ -166,14 +166,13 @@ class TrainstackLauncher(Launcher):
             report_failure_and_exit(ex)
         n = len(runs)
         if getattr(settings, "dry", False):
-            print(f"trainstack: dry: {n} point{'s' if n != 1 else ''} composed, checked and sized in "
-                  f"{t_built - t0:.2f} s, nothing submitted; see {manifest}", file=sys.stderr, flush=True)
+            _say(f"trainstack: dry: {n} point{'s' if n != 1 else ''} composed, checked and sized in "
+                 f"{t_built - t0:.2f} s, nothing submitted; see {manifest}")
             return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
         ids = ", ".join(f"{r.run_id}={r.job_id}" if r.job_id else r.run_id for r in runs[:8])
-        print(f"trainstack: {launcher.sweep_verb.format(n=n, s='s' if n != 1 else '')} in {submit_s:.2f} s "
-              f"(compose+validate {t_built - t0:.2f} s): {ids}{' ...' if n > 8 else ''}\n  manifest {manifest}\n"
-              f"  follow: trainstack status {sweep_dir}    stop: trainstack cancel {sweep_dir}", file=sys.stderr,
-              flush=True)
+        _say(f"trainstack: {launcher.sweep_verb.format(n=n, s='s' if n != 1 else '')} in {submit_s:.2f} s "
+             f"(compose+validate {t_built - t0:.2f} s): {ids}{' ...' if n > 8 else ''}\n  manifest {manifest}\n"
+             f"  follow: trainstack status {sweep_dir}    stop: trainstack cancel {sweep_dir}")
         if not getattr(settings, "wait", False):
             return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
         try:
@@ -201,3 +200,12 @@ class TrainstackLauncher(Launcher):
         ret.status = status
         ret.return_value = value
         return ret
+
+
+def _say(text: str) -> None:
+    """A report line on stderr, each line folded to the terminal's width (whole in a pipe)."""
+    from trainstack.tables import fold, output_width
+
+    width = output_width(sys.stderr)
+    print("\n".join(f for ln in text.split("\n") for f in fold(ln, width, "", "    " if ln.startswith("  ") else "  ")),
+          file=sys.stderr, flush=True)
