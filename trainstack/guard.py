@@ -13,11 +13,13 @@ group and stays there, so it works even when the launcher is frozen (SIGSTOP, Ct
   servers, plugin subprocesses) is terminated, then killed.
 - logs: the trainer's output always goes to `--log`; echoing it to our stdout never blocks (a
   reader that stops reading, or a closed pipe, loses console lines, never training time).
+- Megatron's tracker write: under a lease, the trainer's PYTHONPATH starts with trainstack's site
+  hook, which fences it in the trainer and every Ray actor it starts (trainstack/tracker_fence.py).
 - secrets: `--secrets FILE` (mode 0600, JSON) is read into the trainer's environment, so they
   never travel through argv or a job system's logged environment.
 
 Exit code: the trainer's; 128+N when it died of signal N; trainstack.fence.EXIT_FENCED when the
-guard stopped it for the lease.
+guard stopped it for the lease, or it failed while its lease belonged to another holder.
 """
 from __future__ import annotations
 
@@ -90,6 +92,10 @@ class Guard:
         if secrets_file:
             with open(secrets_file, encoding="utf-8") as f:  # missing: fail before the trainer starts
                 env.update({str(k): str(v) for k, v in json.load(f).items()})
+        if self.fence is not None:  # Megatron's tracker write fenced too (trainstack/tracker_fence.py)
+            from trainstack.tracker_fence import trainer_pythonpath
+
+            env["PYTHONPATH"] = trainer_pythonpath(env.get("PYTHONPATH"))
         try:
             os.set_blocking(1, False)
         except OSError:
@@ -156,8 +162,8 @@ class Guard:
         code = self.proc.wait()
         stop_members(os.getpgrp(), self.keep, 2.0)  # orphans of the trainer: reward servers, plugin children
         self.pump.join(timeout=5)
-        if self.fenced or (self.fence is not None and self.stop_reason and self.fence.superseded()):
-            return EXIT_FENCED
+        if self.fenced or (self.fence is not None and (self.stop_reason or code != 0) and self.fence.superseded()):
+            return EXIT_FENCED  # a trainer that failed because it was fenced (its save raised Fenced) too
         return 128 - code if code < 0 else code
 
 
