@@ -163,7 +163,7 @@ def test_frozen_launcher_is_superseded_and_never_publishes_again(tmp_path):
     publishes = lambda: [json.loads(x) for x in (ck / "publish.jsonl").read_text().splitlines()]  # noqa: E731
     _wait(lambda: any(p["epoch"] == 2 for p in publishes()), 90, "the relaunch never published")
     os.kill(first.pid, signal.SIGCONT)  # the stale holder comes back
-    assert first.wait(timeout=60) != 0
+    assert first.wait(timeout=60) == EXIT_FENCED  # fenced exits are 75
     n = len(publishes())
     _wait(lambda: len(publishes()) > n + 1, 60, "the new holder stopped publishing")
     second.terminate()

@@ -14,12 +14,14 @@ was lost; nothing published after that), 128+N stopped by signal N, otherwise th
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
 from typing import Callable, Protocol
 
 from trainstack import hooks
+from trainstack.errors import RuntimeFailure
 from trainstack.checkpoints import inspect, plan_recovery
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.lease import Lease, LeaseHeld
@@ -28,6 +30,21 @@ from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
 EXIT_BUSY = 3  # another process holds the run
+# The run dir cannot be written: a full disk, a quota, a read-only or failing volume.
+STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO") if hasattr(errno, n))
+
+
+class StorageFailure(RuntimeFailure):
+    """The run dir's filesystem refused a write (disk full, ...): one message, never a traceback."""
+
+    what = "the run's storage"
+
+
+def storage_failure(ex: OSError, run_dir: str) -> StorageFailure:
+    where = f" writing {ex.filename}" if ex.filename else ""
+    return StorageFailure(f"{ex.strerror or ex}{where} (run dir {run_dir})",
+                          f"free space on that filesystem (df -h {run_dir}), then relaunch: the run resumes from its "
+                          "last complete checkpoint")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -137,8 +154,41 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         for before in hooks.get(hooks.BEFORE_TRAINER):  # e.g. a Hub checkpoint downloaded + checked here
             before(hooks.RunContext(spec, rundir, lease, resume_plan))
         return _run_with_lease(spec, rundir, lease, resume_plan, start)
+    except OSError as ex:
+        if ex.errno not in STORAGE_ERRNOS:
+            raise
+        failure = storage_failure(ex, spec.run_dir)
+        _record(rundir, "storage_failed", state="failed", error=failure.problem)
+        raise failure from None
     finally:
+        _release(lease, rundir)
+
+
+def _record(rundir: RunDir, event: str, **status) -> bool:
+    """Best effort on a failing disk: the event and the final state, or False (then the lease says it:
+    trainstack/rundir/liveness.py)."""
+    try:
+        rundir.event(event, **status)
+        rundir.update_status(**status)
+        return True
+    except OSError as ex:
+        print(f"trainstack: could not record the run's final state ({ex.strerror or ex}); `trainstack status` "
+              "judges it from the lease", file=sys.stderr, flush=True)
+        return False
+
+
+def _release(lease: Lease, rundir: RunDir) -> None:
+    """Give the lease back. On a disk too full for the release's small write, unlink lease.json
+    instead (no space needed; lease.epochs keeps the epoch count), so status says "lost" at once
+    rather than "running" until the lease lapses."""
+    try:
         lease.release()
+    except OSError:
+        if lease.holds():
+            try:
+                os.unlink(lease.path)
+            except OSError:
+                pass  # the lease lapses after its TTL: status says "stale" then
 
 
 def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
@@ -206,7 +256,10 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
 
     old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
-        lease.renew(trainer_pgid=trainer.pgid)
+        try:
+            lease.renew(trainer_pgid=trainer.pgid)
+        except OSError as ex:  # a full disk: the trainer runs on under the lease it holds (until its TTL)
+            print(f"trainstack: could not renew the lease ({ex.strerror or ex})", file=sys.stderr, flush=True)
         lease.start_heartbeat(on_lost=on_lease_lost)
         code = trainer.wait()
     finally:
@@ -216,10 +269,20 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
             companion.after_trainer(trainer.signalled)
         state = inspect(rp.checkpoint.save_dir)
         latest, _ = rundir.last_metrics()
+        lost = lost or not lease.holds()  # superseded while the trainer ran (a frozen launcher back)
         final = final_state(code if code is not None else 1, trainer.signalled, lost)
-        rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
-                     latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
-        if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
-            rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
-                                 exit_code=code)
+        try:
+            rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
+                         latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
+            if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
+                rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
+                                     exit_code=code)
+        except OSError as ex:
+            if ex.errno not in STORAGE_ERRNOS:
+                raise
+            print(f"trainstack: {spec.run_id}: the trainer exited ({final}, code {code}) but its final state could "
+                  f"not be recorded: {ex.strerror or ex}; `trainstack status` judges it from the lease",
+                  file=sys.stderr, flush=True)
+    if lost:
+        return EXIT_FENCED  # fenced exits are 75, whatever signal stopped the trainer
     return exit_code(code, trainer.signalled)
