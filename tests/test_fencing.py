@@ -86,6 +86,10 @@ def test_expiring_lease_stops_the_trainer_before_expiry(tmp_path):
     assert g.wait(timeout=20) == 143
     assert (tmp_path / "stopped").read_text() == "graceful"
     assert time.time() < lease.record.expires_at  # stopped before anybody could take over
+    # its launcher is frozen and records nothing: the guard records the orphan's end in the run dir
+    ends = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["code"], e["lease_epoch"]) for e in ends] == [("trainer_stopped_by_guard", 143, 1)]
+    assert "expires in" in ends[0]["reason"]
 
 
 def test_guard_stops_the_trainer_when_its_launcher_dies(tmp_path):
