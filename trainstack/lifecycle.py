@@ -147,6 +147,10 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
               f"  fix: wait for it, {_stop_hint(held.holder)}, or use another run_id. A dead holder's lease is "
               f"taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.", file=sys.stderr)
         return EXIT_BUSY
+    except OSError as ex:  # the lease's own small writes: a full disk before anything ran
+        if ex.errno not in STORAGE_ERRNOS:
+            raise
+        raise storage_failure(ex, spec.run_dir) from None
     try:
         resume_plan = plan(spec, rundir, dry=False)  # may raise ConfigErrors: reported by the caller, lease released below
         check_inputs_here(spec, resuming=resume_plan.action == RESUME)
