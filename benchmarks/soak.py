@@ -97,6 +97,7 @@ open(os.path.join(os.environ["SOAK_DIR"], "stalled.iter"), "w").write(f"{n} {epo
 st = TrainState(model={"w": 1}, optimizer={"o": 1}, scheduler={"s": 1}, rng={"r": 1}, meta={"stalled": 1})
 save_checkpoint(save, n, st, cursor=b"stalled", fence=Fence(lease_file, token, epoch, 0.1))
 '''
+STORAGE_FAULTS = ("stalled write", "deleted lease.json", "disk full")
 SECRET = "soak-secret-7f3a9c2e51d84b06"  # a launcher's token: never in any file, log or output
 
 
@@ -202,7 +203,7 @@ class Soak:
 
     def storage_fault(self) -> str | None:
         """A deleted lease.json, a full disk, or a stalled write (see the module docstring)."""
-        kind = self.rng.choice(["deleted lease.json", "disk full", "stalled write"])
+        kind = STORAGE_FAULTS[sum(self.faults[k] for k in STORAGE_FAULTS) % len(STORAGE_FAULTS)]  # each in turn
         lease = self.lease()
         if not lease or not any(p.pid == lease.get("pid") for p in self.live()):
             return None  # storage faults hit a live holder
@@ -327,7 +328,7 @@ def run_soak(work: Path, faults: int = 50, seed: int = 7, num_rollout: int = 600
     try:
         soak.start()
         while done < faults:
-            soak.wait_for_progress(timeout=4)
+            soak.wait_for_progress(timeout=20)  # a relaunched trainer needs seconds to start: fault it while it trains
             time.sleep(soak.rng.uniform(0.0, 1.0))
             soak.tend()
             if soak.rng.random() < 0.85 and soak.fault():
