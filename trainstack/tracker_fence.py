@@ -23,9 +23,10 @@ runs too. A fenced writer raises trainstack.fence.Fenced and publishes nothing; 
 the trainer's failure under a lost lease into exit 75. Every other `open_file` call passes through.
 
 How it gets into the trainer (and into every Ray actor it starts, which inherit the environment):
-the lifecycle puts `trainstack/sitehook` first on PYTHONPATH when the trainer runs under a lease;
-its `sitecustomize` installs `install_import_hook`, which patches the module right after Python
-executes it, whoever imports it first (slime does `from megatron.training.checkpointing import
+the guard puts `trainstack/sitehook` first on the trainer's PYTHONPATH when it runs under a lease;
+its `sitecustomize` (stdlib only: a trainer that never imports Megatron pays nothing) hands the
+import of Megatron's module to `PatchAfterImport`, which patches it right after Python executes it,
+whoever imports it first (slime does `from megatron.training.checkpointing import
 save_checkpoint`; `open_file` is looked up in the module's globals at call time). Stdlib only.
 
 Proven against Megatron's own source at the pinned commit by tests/test_tracker_fence.py (the real
@@ -35,8 +36,6 @@ present (TRAINSTACK_MEGATRON_SRC); CI, which cannot fetch Megatron, checks the r
 """
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import io
 import json
 import os
@@ -44,7 +43,10 @@ import secrets
 import sys
 import time
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
 
 from trainstack.fence import Fence
 from trainstack.rundir.layout import PUBLISH_LOG, TRACKER
@@ -156,15 +158,18 @@ def _patching(run: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]
     return exec_module
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the real loader of MEGATRON_MODULE so `patch` runs right after it."""
+class PatchAfterImport:
+    """A meta path finder that finds nothing itself: it wraps the real loader of MEGATRON_MODULE so
+    `patch` runs right after it. (The site hook's finder hands over to it: `trainstack_hook`.)"""
+
+    trainstack_hook = True  # finders with this flag are skipped when looking for the real one
 
     def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
-                  ) -> importlib.machinery.ModuleSpec | None:
+                  ) -> "ModuleSpec | None":
         if name != MEGATRON_MODULE:
             return None
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if getattr(finder, "trainstack_hook", False) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
@@ -179,8 +184,8 @@ def install_import_hook() -> None:
     if loaded is not None:
         patch(loaded)
         return
-    if not any(isinstance(f, _PatchAfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchAfterImport())
+    if not any(isinstance(f, PatchAfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, PatchAfterImport())
 
 
 def sitehook_dir() -> str:
