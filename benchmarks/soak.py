@@ -328,7 +328,7 @@ def run_soak(work: Path, faults: int = 50, seed: int = 7, num_rollout: int = 600
     try:
         soak.start()
         while done < faults:
-            soak.wait_for_progress(timeout=20)  # a relaunched trainer needs seconds to start: fault it while it trains
+            soak.wait_for_progress(timeout=8)  # a relaunched trainer needs seconds to start: fault it while it trains
             time.sleep(soak.rng.uniform(0.0, 1.0))
             soak.tend()
             if soak.rng.random() < 0.85 and soak.fault():

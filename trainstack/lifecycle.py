@@ -9,8 +9,9 @@ starts the stored command under trainstack.guard: a local process group (`launch
 a Ray job (`launch/ray_job.py`); it has `.stop(signum)`, `.wait() -> exit code`, `.signalled`
 and `.pgid` (the trainer's process group on this host, or None).
 
-Exit codes (docs/resume.md): 0 done, 2 bad input, 3 busy (another holder), 75 fenced (the lease
-was lost; nothing published after that), 128+N stopped by signal N, otherwise the trainer's.
+Exit codes (docs/resume.md): 0 done, 2 bad input, 3 busy (another holder), 5 the run dir's storage
+failed (a full disk: StorageFailure, one message), 75 fenced (the lease was lost; nothing published
+after that, whatever signal stopped the trainer), 128+N stopped by signal N, otherwise the trainer's.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import sys
 from typing import Callable, Protocol
 
 from trainstack import hooks
-from trainstack.errors import RuntimeFailure
 from trainstack.checkpoints import inspect, plan_recovery
+from trainstack.errors import RuntimeFailure
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.lease import Lease, LeaseHeld
 from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
@@ -45,6 +46,8 @@ def storage_failure(ex: OSError, run_dir: str) -> StorageFailure:
     return StorageFailure(f"{ex.strerror or ex}{where} (run dir {run_dir})",
                           f"free space on that filesystem (df -h {run_dir}), then relaunch: the run resumes from its "
                           "last complete checkpoint")
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
