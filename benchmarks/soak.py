@@ -129,6 +129,7 @@ class Soak:
                     "SOAK_DIR": str(work), "SOAK_DISK_FULL_FLAG": str(work / "DISK_FULL"),
                     "SOAK_DISK_FULL_ROOT": str(work / "runs" / "soak"), "HF_TOKEN": SECRET, "WANDB_API_KEY": SECRET}
         self.disk_full_until = 0.0
+        self.storage_share = 0.3  # of the faults: storage faults (the rest are signals)
         self.stalled: subprocess.Popen | None = None
         self.stalled_pids: set[int] = set()
         self.launchers: list[subprocess.Popen] = []
@@ -255,7 +256,7 @@ class Soak:
             self.stalled = None
 
     def fault(self) -> str | None:
-        if self.rng.random() < 0.3:
+        if self.rng.random() < self.storage_share:
             return self.storage_fault()
         targets = self.targets()
         if not targets:
@@ -314,11 +315,12 @@ def weights(run_dir: Path, n: int) -> dict:
     return torch.load(run_dir / "checkpoints" / f"iter_{n - 1:07d}" / "model.pt", weights_only=True)
 
 
-def run_soak(work: Path, faults: int = 50, seed: int = 7, num_rollout: int = 600) -> dict:
+def run_soak(work: Path, faults: int = 50, seed: int = 7, num_rollout: int = 600, storage_share: float = 0.3) -> dict:
     from trainstack.tiny.arithmetic import prepare
 
     prepare(work / "data")
     soak = Soak(work, num_rollout, seed)
+    soak.storage_share = storage_share
     t0 = time.monotonic()
     ref = subprocess.run(soak.argv("reference"), cwd=work, env=soak.env, capture_output=True, text=True, timeout=900)
     assert ref.returncode == 0, ref.stderr[-3000:]

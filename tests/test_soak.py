@@ -4,6 +4,7 @@ full disk, a stalled tracker rename), relaunches racing the frozen or dying hold
 (50 faults, 600 rollouts) is `python benchmarks/soak.py`; its figures are in docs/benchmarks.md."""
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -16,9 +17,10 @@ def test_faults_never_two_writers_never_lost_work_never_a_secret(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from soak import STORAGE_FAULTS, run_soak
 
-    r = run_soak(tmp_path, faults=16, seed=7, num_rollout=200)
-    assert r["faults"] == 16, r  # the run did not outlast the faults
-    assert all(r["faults_by_kind"].get(k) for k in STORAGE_FAULTS[:2]), r  # each storage fault struck
+    r = run_soak(tmp_path, faults=12, seed=7, num_rollout=150, storage_share=0.5)
+    (tmp_path / "soak.json").write_text(json.dumps(r, indent=1))
+    assert r["faults"] == 12, r  # the run did not outlast the faults
+    assert sum(bool(r["faults_by_kind"].get(k)) for k in STORAGE_FAULTS) >= 2, r  # storage faults struck
     assert r["epoch_regressions"] == 0 and r["rollbacks"] == 0, r  # never two writers, never back
     assert r["repeated_epochs"] == 0, r  # a deleted lease.json never hands out an epoch twice
     assert r["partial_loads"] == 0 and r["restarts_from_zero"] == 0, r
