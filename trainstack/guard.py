@@ -145,6 +145,7 @@ class Guard:
             self.deadline = time.monotonic() + self.grace_s
 
     def on_signal(self, signum: int, _frame) -> None:
+        _say(f"{signal.Signals(signum).name}: passed on to the trainer ({self.grace_s:.0f} s grace)", self.log)
         if self.deadline is None:
             self.deadline = time.monotonic() + self.grace_s
         try:

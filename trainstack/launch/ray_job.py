@@ -106,9 +106,18 @@ class RayJobRunner:
         argv = guarded(cmd.full_argv(), spec.resume.grace_s, rundir.trainer_log, self.secrets_file)
         argv[argv.index("--"):argv.index("--")] = ["--cwd", cmd.cwd]
         argv[argv.index("--parent"):argv.index("--parent") + 2] = []  # Ray's supervisor is the parent
-        self.client.submit_job(entrypoint=shlex.join(argv), submission_id=self.submission_id,
-                               runtime_env={"env_vars": runtime_env_vars},
-                               metadata={"trainstack_run_id": spec.run_id, "trainstack_epoch": env.get(ENV_EPOCH, "0")})
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.client.submit_job(entrypoint=shlex.join(argv), submission_id=self.submission_id,
+                                       runtime_env={"env_vars": runtime_env_vars},
+                                       metadata={"trainstack_run_id": spec.run_id,
+                                                 "trainstack_epoch": env.get(ENV_EPOCH, "0")})
+                break
+            except RuntimeError as ex:  # a head that answers before its job agent registered: nothing submitted
+                if "No available agent" not in str(ex) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
         self._tail = threading.Thread(target=self._tail_logs, daemon=True)
         self._tail.start()
 
