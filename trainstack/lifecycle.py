@@ -248,8 +248,14 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     code: int | None = None
     lost = False
 
+    def note(event: str, **fields) -> None:  # from a signal handler or the heartbeat thread: a full disk
+        try:                                   # must not stop the stop that follows
+            rundir.event(event, **fields)
+        except OSError as ex:
+            print(f"trainstack: could not record {event} ({ex.strerror or ex})", file=sys.stderr, flush=True)
+
     def on_signal(signum, _frame):
-        rundir.event("signal", signal=signal.Signals(signum).name)
+        note("signal", signal=signal.Signals(signum).name)
         for companion in companions:  # e.g. the final push must fit in the grace period
             companion.on_signal(signum, spec.resume.grace_s)
         trainer.stop(signum)
@@ -257,7 +263,7 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     def on_lease_lost():
         nonlocal lost
         lost = True
-        rundir.event("lease_lost")
+        note("lease_lost")
         print(f"trainstack: lost the lease of {spec.run_id}; stopping the trainer", file=sys.stderr, flush=True)
         trainer.stop(signal.SIGTERM)
 
