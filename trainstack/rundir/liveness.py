@@ -23,7 +23,7 @@ from typing import Any
 from trainstack.rundir import layout
 
 RUNNING = "running"
-RELAUNCH = "relaunch it to resume from its last checkpoint (trainstack exec {run_dir}, or the same launch command)"
+RELAUNCH = "relaunch to resume: trainstack exec {run_dir}"
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,17 @@ def judge(run_dir: str | Path, status: dict[str, Any], now: float | None = None)
     now = time.time() if now is None else now
     if rec is None:
         if (run_dir / layout.LEASE).exists() or (run_dir / layout.LEASE_EPOCHS).exists():
-            return Judged("lost", "status.json says running but the run's lease.json is gone or unreadable", fix)
+            return Judged("lost", "lease.json is gone or unreadable", fix)
         return Judged(state)  # no lifecycle ran here: the launcher's own status fills it in
     if rec.expires_at <= 0:
-        return Judged("lost", f"its launcher (pid {rec.pid} on {rec.host}) released the lease without recording "
-                              "a final state (a full disk?)", fix)
+        return Judged("lost", f"launcher pid {rec.pid} ended without a final state (a full disk?)", fix)
     here = rec.host == hostname()
     if here and not pid_alive(rec.pid):
         if rec.trainer_stopping():
-            return Judged("stopping", f"its launcher (pid {rec.pid}) is gone; its trainer (process group "
-                                      f"{rec.trainer_pgid}) is finishing a final checkpoint",
-                          "wait for it; then " + fix)
-        return Judged("stale", f"its launcher (pid {rec.pid}) is gone", fix)
+            return Judged("stopping", f"launcher pid {rec.pid} is gone; its trainer finishes a final checkpoint",
+                          "wait, then " + fix)
+        return Judged("stale", f"launcher pid {rec.pid} is gone", fix)
     if now > rec.expires_at:
-        return Judged("stale", f"its holder (pid {rec.pid} on {rec.host}) stopped renewing the lease "
-                               f"{now - rec.expires_at:.0f} s ago", fix)
+        return Judged("stale", f"holder pid {rec.pid} on {rec.host}: no heartbeat for "
+                               f"{now - rec.expires_at + rec.ttl_s:.0f} s", fix)
     return Judged(state)
