@@ -289,3 +289,30 @@ def test_without_a_manifest_meta_json_names_what_the_save_wrote(tmp_path):
     assert "lacks rng.pt" in problem_of(str(tmp_path), 2, needs_cursor=True)
     (tmp_path / "iter_0000002" / "meta.json").write_bytes(b"\xff" * 10)
     assert "meta.json is unreadable" in problem_of(str(tmp_path), 2, needs_cursor=True)
+
+
+@pytest.mark.parametrize("lost", ["args.json", "none"])
+def test_a_changed_config_is_refused_with_args_json_deleted(tmp_path, lost):
+    """The resume check reads spec.json as well as args.json: deleting args.json no longer lets a
+    changed lr resume silently (it did: the plan compared against args.json only)."""
+    import json
+
+    from trainstack.errors import ConfigErrors
+    from trainstack.resume import RESUME, plan
+    from trainstack.rundir import RunDir
+
+    save = tmp_path / "checkpoints"
+    hashed_iter(save, 3)
+    track(save, 3)
+    before = {"save": str(save), "num_rollout": 10, "lr": 1e-6}
+    (tmp_path / "spec.json").write_text(json.dumps({"run_id": "r1", "args": before}))
+    if lost != "args.json":
+        (tmp_path / "args.json").write_text(json.dumps(before))
+    run = _Run(tmp_path)
+    run.args = {**before, "lr": 2e-6}
+    with pytest.raises(ConfigErrors) as exc:
+        plan(run, RunDir(tmp_path))
+    assert "lr" in str(exc.value.errors[0].__dict__)
+    allowed = _Run(tmp_path, allow=["lr"])
+    allowed.args = run.args
+    assert plan(allowed, RunDir(tmp_path)).action == RESUME

@@ -86,6 +86,10 @@ def test_expiring_lease_stops_the_trainer_before_expiry(tmp_path):
     assert g.wait(timeout=20) == 143
     assert (tmp_path / "stopped").read_text() == "graceful"
     assert time.time() < lease.record.expires_at  # stopped before anybody could take over
+    # its launcher is frozen and records nothing: the guard records the orphan's end in the run dir
+    ends = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["code"], e["lease_epoch"]) for e in ends] == [("trainer_stopped_by_guard", 143, 1)]
+    assert "expires in" in ends[0]["reason"]
 
 
 def test_guard_stops_the_trainer_when_its_launcher_dies(tmp_path):
@@ -163,7 +167,7 @@ def test_frozen_launcher_is_superseded_and_never_publishes_again(tmp_path):
     publishes = lambda: [json.loads(x) for x in (ck / "publish.jsonl").read_text().splitlines()]  # noqa: E731
     _wait(lambda: any(p["epoch"] == 2 for p in publishes()), 90, "the relaunch never published")
     os.kill(first.pid, signal.SIGCONT)  # the stale holder comes back
-    assert first.wait(timeout=60) != 0
+    assert first.wait(timeout=60) == EXIT_FENCED  # fenced exits are 75
     n = len(publishes())
     _wait(lambda: len(publishes()) > n + 1, 60, "the new holder stopped publishing")
     second.terminate()

@@ -110,7 +110,8 @@ def test_sigkilled_launcher_never_leaves_two_jobs_writing_one_run(tmp_path, ray_
     while not tracker.exists():
         assert first.poll() is None and time.time() < deadline
         time.sleep(0.2)
-    assert (tmp_path / "runs" / "rk" / ".secrets.json").stat().st_mode & 0o777 == 0o600
+    # the job's guard read the secrets file (created 0600) and removed it: a SIGKILLed launcher leaves none
+    assert not (tmp_path / "runs" / "rk" / ".secrets.json").exists()
     os.killpg(first.pid, signal.SIGKILL)  # the launcher only: its Ray job keeps running
     first.wait()
     second = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -140,3 +141,31 @@ def test_sigkilled_launcher_never_leaves_two_jobs_writing_one_run(tmp_path, ray_
     for path in Path("/tmp").glob("tsray-*/**/*"):  # Ray's own session dirs (logs, runtime env)
         if path.is_file() and path.stat().st_size < 50_000_000:
             assert b"sekret-ray-123" not in path.read_bytes(), path
+
+
+def test_a_head_trainstack_started_dies_with_its_sigkilled_launcher(tmp_path):
+    """The launcher that started a Ray head is SIGKILLed: the guard that owns the head stops its whole
+    group and removes its /tmp/tsray-* dir (before: 6 Ray processes kept running, and were reused)."""
+    from trainstack.procgroup import group_members
+
+    port = free_port()
+    script = (f"import sys; from pathlib import Path; from trainstack.launch.ray_job import LocalRayHead\n"
+              f"h = LocalRayHead({port}, num_cpus=1, num_gpus=0, log_path=Path({str(tmp_path / 'head.log')!r}))\n"
+              f"h.wait_ready(); print(h.proc.pid, h.temp_dir, flush=True)\n"
+              f"import time; time.sleep(600)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    try:
+        assert launcher.stdout is not None
+        pgid, temp = launcher.stdout.readline().split()
+        assert ray_job.ray_answers(f"http://127.0.0.1:{port}") and Path(temp).is_dir()
+        assert len(group_members(int(pgid))) >= 3  # guard, ray start, gcs, raylet, ...
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        deadline = time.monotonic() + 60
+        while group_members(int(pgid)) or Path(temp).exists():
+            assert time.monotonic() < deadline, f"left: {group_members(int(pgid))}, {temp} exists: {Path(temp).exists()}"
+            time.sleep(0.5)
+        assert not ray_job.ray_answers(f"http://127.0.0.1:{port}")
+    finally:
+        launcher.kill()

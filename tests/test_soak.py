@@ -1,7 +1,10 @@
-"""The soak (benchmarks/soak.py) as a test: 50 random SIGKILL/SIGSTOP/SIGHUP faults against the
-launcher, the trainer and a reward plugin's child, relaunches racing the frozen or dying holder."""
+"""The soak (benchmarks/soak.py) as a test, short: random SIGKILL/SIGSTOP/SIGHUP faults against the
+launcher, the trainer and a reward plugin's child, and the storage faults (a deleted lease.json, a
+full disk, a stalled tracker rename), relaunches racing the frozen or dying holder. The full soak
+(50 faults, 600 rollouts) is `python benchmarks/soak.py`; its figures are in docs/benchmarks.md."""
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -10,14 +13,19 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-def test_fifty_faults_never_two_writers_never_lost_work(tmp_path):
+def test_faults_never_two_writers_never_lost_work_never_a_secret(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from soak import run_soak
+    from soak import STORAGE_FAULTS, run_soak
 
-    r = run_soak(tmp_path, faults=50, seed=7)
-    assert r["faults"] == 50, r  # the run did not outlast the faults
-    assert r["epoch_regressions"] == 0, r  # never two trainers publishing for one run
+    r = run_soak(tmp_path, faults=12, seed=7, num_rollout=150, storage_share=0.5)
+    (tmp_path / "soak.json").write_text(json.dumps(r, indent=1))
+    assert r["faults"] == 12, r  # the run did not outlast the faults
+    assert sum(bool(r["faults_by_kind"].get(k)) for k in STORAGE_FAULTS) >= 2, r  # storage faults struck
+    assert r["epoch_regressions"] == 0 and r["rollbacks"] == 0, r  # never two writers, never back
+    assert r["repeated_epochs"] == 0, r  # a deleted lease.json never hands out an epoch twice
     assert r["partial_loads"] == 0 and r["restarts_from_zero"] == 0, r
+    assert r["launcher_tracebacks"] == 0, r  # a full disk is one message, never a traceback
+    assert r["secret_hits"] == [] and r["files_scanned"] > 50, r
     assert r["bit_identical"], r
     assert r["orphans_left"] == 0, r
-    assert r["resumes"] >= 5 and r["lease_epochs"] >= 5, r  # the faults really interrupted training
+    assert r["resumes"] >= 2 and r["lease_epochs"] >= 3, r  # the faults really interrupted training

@@ -13,17 +13,24 @@ group and stays there, so it works even when the launcher is frozen (SIGSTOP, Ct
   servers, plugin subprocesses) is terminated, then killed.
 - logs: the trainer's output always goes to `--log`; echoing it to our stdout never blocks (a
   reader that stops reading, or a closed pipe, loses console lines, never training time).
+- Megatron's tracker write: under a lease, the trainer's PYTHONPATH starts with trainstack's site
+  hook, which fences it in the trainer and every Ray actor it starts (trainstack/tracker_fence.py).
 - secrets: `--secrets FILE` (mode 0600, JSON) is read into the trainer's environment, so they
-  never travel through argv or a job system's logged environment.
+  never travel through argv or a job system's logged environment, and removed once read.
+- an orphan's end: when the guard stops the trainer itself (the lease lost or lapsing, the launcher
+  gone), it records that in the run's events.jsonl: its launcher may never record anything.
+- `--remove DIR`: removed when the group is gone (a Ray head's temp dir: the guard also runs the
+  Ray heads trainstack starts, so they die with their launcher, trainstack/launch/ray_start.py).
 
 Exit code: the trainer's; 128+N when it died of signal N; trainstack.fence.EXIT_FENCED when the
-guard stopped it for the lease.
+guard stopped it for the lease, or it failed while its lease belonged to another holder.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,6 +97,14 @@ class Guard:
         if secrets_file:
             with open(secrets_file, encoding="utf-8") as f:  # missing: fail before the trainer starts
                 env.update({str(k): str(v) for k, v in json.load(f).items()})
+            try:  # read once, by its one reader: it never outlives the start, whoever dies later
+                os.unlink(secrets_file)
+            except OSError:
+                pass
+        if self.fence is not None:  # Megatron's tracker write fenced too (trainstack/tracker_fence.py)
+            from trainstack.tracker_fence import trainer_pythonpath
+
+            env["PYTHONPATH"] = trainer_pythonpath(env.get("PYTHONPATH"))
         try:
             os.set_blocking(1, False)
         except OSError:
@@ -130,6 +145,7 @@ class Guard:
             self.deadline = time.monotonic() + self.grace_s
 
     def on_signal(self, signum: int, _frame) -> None:
+        _say(f"{signal.Signals(signum).name}: passed on to the trainer ({self.grace_s:.0f} s grace)", self.log)
         if self.deadline is None:
             self.deadline = time.monotonic() + self.grace_s
         try:
@@ -152,19 +168,39 @@ class Guard:
                 signal_group(signal.SIGKILL, self.keep)
             time.sleep(POLL_S)
 
-    def finish(self) -> int:
+    def finish(self, remove: list[str] | None = None) -> int:
         code = self.proc.wait()
         stop_members(os.getpgrp(), self.keep, 2.0)  # orphans of the trainer: reward servers, plugin children
         self.pump.join(timeout=5)
-        if self.fenced or (self.fence is not None and self.stop_reason and self.fence.superseded()):
-            return EXIT_FENCED
-        return 128 - code if code < 0 else code
+        for path in remove or ():  # what its starter made for it (a Ray head's temp dir): gone with it
+            shutil.rmtree(path, ignore_errors=True)
+        if self.fenced or (self.fence is not None and (self.stop_reason or code != 0) and self.fence.superseded()):
+            result = EXIT_FENCED  # a trainer that failed because it was fenced (its save raised Fenced) too
+        else:
+            result = 128 - code if code < 0 else code
+        if self.stop_reason is not None or self.fenced:
+            self._record_end(result)
+        return result
+
+    def _record_end(self, result: int) -> None:
+        """The guard stopped the trainer itself (lease lost or lapsing, launcher gone): its launcher may
+        be dead or frozen and record nothing, so the guard writes the end into the run's events."""
+        if self.fence is None:
+            return
+        try:
+            from trainstack.rundir import RunDir
+
+            RunDir(os.path.dirname(os.path.abspath(self.fence.lease_file))).event(
+                "trainer_stopped_by_guard", reason=self.stop_reason or "superseded", code=result,
+                lease_epoch=self.fence.epoch)
+        except Exception as ex:  # a run dir this host cannot write: the log still says it
+            _say(f"could not record the trainer's end in the run dir ({ex})", self.log)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
-        print("usage: python -m trainstack.guard [--log F] [--grace S] [--parent PID] [--secrets F] [--cwd D] "
+        print("usage: python -m trainstack.guard [--log F] [--grace S] [--parent PID] [--secrets F] [--cwd D] [--remove D] "
               "-- TRAINER ARGV", file=sys.stderr)
         return 2
     split = argv.index("--")
@@ -174,13 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent", type=int)
     p.add_argument("--secrets")
     p.add_argument("--cwd")
+    p.add_argument("--remove", action="append", default=[], help="a directory to remove once the group is gone")
     opts = p.parse_args(argv[:split])
     guard = Guard(argv[split + 1:], opts.log, opts.grace, opts.parent, opts.secrets, opts.cwd)
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, guard.on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     guard.watch()
-    return guard.finish()
+    return guard.finish(opts.remove)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ starts the stored command under trainstack.guard: a local process group (`launch
 a Ray job (`launch/ray_job.py`); it has `.stop(signum)`, `.wait() -> exit code`, `.signalled`
 and `.pgid` (the trainer's process group on this host, or None).
 
-Exit codes (docs/resume.md): 0 done, 2 bad input, 3 busy (another holder), 75 fenced (the lease
-was lost; nothing published after that), 128+N stopped by signal N, otherwise the trainer's.
+Exit codes (docs/resume.md): 0 done, 2 bad input, 3 busy (another holder), 5 the run dir's storage
+failed (a full disk: StorageFailure, one message), 75 fenced (the lease was lost; nothing published
+after that, whatever signal stopped the trainer), 128+N stopped by signal N, otherwise the trainer's.
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -21,6 +23,7 @@ from typing import Callable, Protocol
 
 from trainstack import hooks
 from trainstack.checkpoints import inspect, plan_recovery
+from trainstack.errors import RuntimeFailure
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.lease import Lease, LeaseHeld
 from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
@@ -28,6 +31,23 @@ from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
 EXIT_BUSY = 3  # another process holds the run
+# The run dir cannot be written: a full disk, a quota, a read-only or failing volume.
+STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO") if hasattr(errno, n))
+
+
+class StorageFailure(RuntimeFailure):
+    """The run dir's filesystem refused a write (disk full, ...): one message, never a traceback."""
+
+    what = "the run's storage"
+
+
+def storage_failure(ex: OSError, run_dir: str) -> StorageFailure:
+    where = f" writing {ex.filename}" if ex.filename else ""
+    return StorageFailure(f"{ex.strerror or ex}{where} (run dir {run_dir})",
+                          f"free space on that filesystem (df -h {run_dir}), then relaunch: the run resumes from its "
+                          "last complete checkpoint")
+
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -130,6 +150,10 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
               f"  fix: wait for it, {_stop_hint(held.holder)}, or use another run_id. A dead holder's lease is "
               f"taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.", file=sys.stderr)
         return EXIT_BUSY
+    except OSError as ex:  # the lease's own small writes: a full disk before anything ran
+        if ex.errno not in STORAGE_ERRNOS:
+            raise
+        raise storage_failure(ex, spec.run_dir) from None
     try:
         resume_plan = plan(spec, rundir, dry=False)  # may raise ConfigErrors: reported by the caller, lease released below
         check_inputs_here(spec, resuming=resume_plan.action == RESUME)
@@ -137,8 +161,41 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         for before in hooks.get(hooks.BEFORE_TRAINER):  # e.g. a Hub checkpoint downloaded + checked here
             before(hooks.RunContext(spec, rundir, lease, resume_plan))
         return _run_with_lease(spec, rundir, lease, resume_plan, start)
+    except OSError as ex:
+        if ex.errno not in STORAGE_ERRNOS:
+            raise
+        failure = storage_failure(ex, spec.run_dir)
+        _record(rundir, "storage_failed", state="failed", error=failure.problem)
+        raise failure from None
     finally:
+        _release(lease, rundir)
+
+
+def _record(rundir: RunDir, event: str, **status) -> bool:
+    """Best effort on a failing disk: the event and the final state, or False (then the lease says it:
+    trainstack/rundir/liveness.py)."""
+    try:
+        rundir.event(event, **status)
+        rundir.update_status(**status)
+        return True
+    except OSError as ex:
+        print(f"trainstack: could not record the run's final state ({ex.strerror or ex}); `trainstack status` "
+              "judges it from the lease", file=sys.stderr, flush=True)
+        return False
+
+
+def _release(lease: Lease, rundir: RunDir) -> None:
+    """Give the lease back. On a disk too full for the release's small write, unlink lease.json
+    instead (no space needed; lease.epochs keeps the epoch count), so status says "lost" at once
+    rather than "running" until the lease lapses."""
+    try:
         lease.release()
+    except OSError:
+        if lease.holds():
+            try:
+                os.unlink(lease.path)
+            except OSError:
+                pass  # the lease lapses after its TTL: status says "stale" then
 
 
 def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
@@ -191,8 +248,14 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     code: int | None = None
     lost = False
 
+    def note(event: str, **fields) -> None:  # from a signal handler or the heartbeat thread: a full disk
+        try:                                   # must not stop the stop that follows
+            rundir.event(event, **fields)
+        except OSError as ex:
+            print(f"trainstack: could not record {event} ({ex.strerror or ex})", file=sys.stderr, flush=True)
+
     def on_signal(signum, _frame):
-        rundir.event("signal", signal=signal.Signals(signum).name)
+        note("signal", signal=signal.Signals(signum).name)
         for companion in companions:  # e.g. the final push must fit in the grace period
             companion.on_signal(signum, spec.resume.grace_s)
         trainer.stop(signum)
@@ -200,13 +263,16 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     def on_lease_lost():
         nonlocal lost
         lost = True
-        rundir.event("lease_lost")
+        note("lease_lost")
         print(f"trainstack: lost the lease of {spec.run_id}; stopping the trainer", file=sys.stderr, flush=True)
         trainer.stop(signal.SIGTERM)
 
     old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
-        lease.renew(trainer_pgid=trainer.pgid)
+        try:
+            lease.renew(trainer_pgid=trainer.pgid)
+        except OSError as ex:  # a full disk: the trainer runs on under the lease it holds (until its TTL)
+            print(f"trainstack: could not renew the lease ({ex.strerror or ex})", file=sys.stderr, flush=True)
         lease.start_heartbeat(on_lost=on_lease_lost)
         code = trainer.wait()
     finally:
@@ -216,10 +282,20 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
             companion.after_trainer(trainer.signalled)
         state = inspect(rp.checkpoint.save_dir)
         latest, _ = rundir.last_metrics()
+        lost = lost or not lease.holds()  # superseded while the trainer ran (a frozen launcher back)
         final = final_state(code if code is not None else 1, trainer.signalled, lost)
-        rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
-                     latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
-        if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
-            rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
-                                 exit_code=code)
+        try:
+            rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
+                         latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
+            if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
+                rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
+                                     exit_code=code)
+        except OSError as ex:
+            if ex.errno not in STORAGE_ERRNOS:
+                raise
+            print(f"trainstack: {spec.run_id}: the trainer exited ({final}, code {code}) but its final state could "
+                  f"not be recorded: {ex.strerror or ex}; `trainstack status` judges it from the lease",
+                  file=sys.stderr, flush=True)
+    if lost:
+        return EXIT_FENCED  # fenced exits are 75, whatever signal stopped the trainer
     return exit_code(code, trainer.signalled)

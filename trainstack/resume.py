@@ -78,8 +78,13 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
     state = inspect(save, verify=True)  # content checksums: a corrupt file falls back, never loads
     mode = run.resume.mode
     num_rollout = run.args.get("num_rollout")
-    stored = rundir.stored_args()
-    stored_inputs = (rundir.read(layout.SPEC) or {}).get("inputs") if stored is not None else None
+    recorded = rundir.read(layout.SPEC)
+    recorded = recorded if isinstance(recorded, dict) else {}
+    # the args of what last ran: args.json and spec.json both (a deleted or edited one must not
+    # let a changed config resume silently)
+    stored_sets = [a for a in (rundir.stored_args(), recorded.get("args")) if isinstance(a, dict)]
+    stored = stored_sets[0] if stored_sets else None
+    stored_inputs = recorded.get("inputs")
     remotes = lookup_remotes(run, state.latest_complete, dry)
     source = "local"
     for remote in remotes.values():  # a newer complete checkpoint held elsewhere wins over the run dir's
@@ -87,10 +92,12 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
                 state.latest_complete is None or remote.latest > state.latest_complete):
             state, source = CheckpointState(save, remote.latest, remote.latest), remote.source
             stored, stored_inputs = remote.record["args"], remote.record.get("inputs")
+            stored_sets = [stored]
     binding.check(run, rundir.read(layout.SPEC), state.resumable)  # launcher and spec (trainstack/binding.py)
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
-        changes = config_changes(stored, run.args)
+        for earlier in reversed(stored_sets):  # args.json's view wins where both name a change
+            changes.update(config_changes(earlier, run.args))
         if isinstance(stored_inputs, dict):  # specs (and Hub pointers) of older trainstacks have none
             changes.update(input_changes(stored_inputs, run.inputs))
         refused = {k: v for k, v in changes.items() if k not in run.resume.allow_changes}

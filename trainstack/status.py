@@ -123,12 +123,13 @@ def fill(rows: list[Row]) -> list[Row]:
     """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
     overrides that vary."""
     from trainstack.launch.registry import get
+    from trainstack.rundir.liveness import judge
     from trainstack.rundir.progress import progress
 
     for r in rows:
         rd = RunDir(r.run_dir)
         st = rd.status()
-        r.state = st.get("state")
+        r.state = judge(rd.path, st).text()  # "running" only while the lease names a live holder
         done = progress(rd.path)
         r.last_checkpoint, r.rollouts, r.target, r.reward = done.last_checkpoint, done.rollouts, done.target, done.reward
         hub = st.get("hub") or {}

@@ -4,7 +4,7 @@
 (lease, resume plan, events, status, signals) is `trainstack/lifecycle.py`. The trainer starts
 under trainstack.guard in a new session: the guard writes logs/trainer.log, fences the group
 against the run's lease, stops it if this launcher dies, and reaps whatever the trainer left
-in the group. Signals go to the whole process group, never by name. The console echo never
+in the group. Signals go to the whole process group, never by name (trainstack/procgroup.py). The console echo never
 blocks the trainer: a closed or stalled stdout loses console lines, never training time.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainstack.launch.base import Launcher
+from trainstack.procgroup import REAP_WAIT_S, kill_group, stop_group
 
 if TYPE_CHECKING:
     from trainstack.lifecycle import StartRunner
@@ -61,7 +62,7 @@ class TrainerProcess:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, grace_s: float):
         self.grace_s = grace_s
         self.signalled: int | None = None
-        self._deadline: float | None = None
+        self._stopper: threading.Thread | None = None
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.pgid: int | None = self.proc.pid
@@ -82,27 +83,18 @@ class TrainerProcess:
                 self._echo = False  # `| head` closed the pipe: keep draining so the trainer never blocks
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Ask the trainer to stop (it checkpoints on SIGTERM/SIGINT); kill after the grace period."""
+        """Ask the trainer to stop (it checkpoints on SIGTERM/SIGINT); the group is killed after the
+        grace period (procgroup.stop_group, in a thread: a signal handler must not block)."""
         self.signalled = self.signalled or signum
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM if signum == signal.SIGHUP else signum)
-            except ProcessLookupError:
-                pass
-            if self._deadline is None:
-                self._deadline = time.monotonic() + self.grace_s
+        if self.proc.poll() is None and self._stopper is None:
+            sig = signal.SIGTERM if signum == signal.SIGHUP else signum
+            self._stopper = threading.Thread(target=stop_group, args=(self.proc, self.grace_s + 2, REAP_WAIT_S, sig),
+                                             daemon=True)
+            self._stopper.start()
 
     def wait(self) -> int:
         while self.proc.poll() is None:
-            if self._deadline is not None and time.monotonic() > self._deadline + 2:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.1)
-        try:  # anything left in the group goes with it
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc)  # anything left in the group goes with it
         self._pump.join(timeout=5)
         return self.proc.returncode

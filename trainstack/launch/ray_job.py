@@ -2,8 +2,9 @@
 
 The runtime env carries the rendered env vars (PYTHONPATH, CUDA_DEVICE_MAX_CONNECTIONS, W&B
 identity, ...). With `cluster.ray_job.start_head=true` and no Ray answering at the address, a head
-bound to 127.0.0.1 is started in its own process group and stopped (that group only) afterwards;
-a Ray cluster trainstack did not start is never stopped.
+bound to 127.0.0.1 is started in its own process group under trainstack.guard and stopped (that
+group only) afterwards, or by the guard when this launcher dies (SIGKILL included); its /tmp/tsray-*
+temp dir goes with it. A Ray cluster trainstack did not start is never stopped.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from urllib.parse import urlparse
 
 from trainstack.errors import RayFailure
 from trainstack.launch.base import Launcher
-from trainstack.launch.ray_start import ray_start_argv
+from trainstack.fence import ENV_FILE, ENV_TOKEN
+from trainstack.launch.ray_start import owned, ray_start_argv
 from trainstack.procgroup import stop_group
 from trainstack.rundir import RunDir, layout
 from trainstack.runspec import RunSpec
@@ -49,10 +51,13 @@ class LocalRayHead:
     def __init__(self, dashboard_port: int, num_cpus: int, num_gpus: int, log_path: Path):
         self.temp_dir = tempfile.mkdtemp(prefix="tsray-", dir="/tmp")  # short: Ray's socket paths are length-limited
         env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-        env.pop("RAY_ADDRESS", None)
+        for k in ("RAY_ADDRESS", ENV_FILE, ENV_TOKEN):  # the head is no trainer: no lease to fence it by
+            env.pop(k, None)
         argv = ray_start_argv("127.0.0.1", num_cpus, num_gpus, self.temp_dir, dashboard_port=dashboard_port)
         self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        # under trainstack.guard: the head dies with this launcher, even one killed with SIGKILL
+        self.proc = subprocess.Popen(owned(argv, grace_s=5.0), env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         self.address = f"http://127.0.0.1:{dashboard_port}"
 
     def wait_ready(self, timeout: float = 90.0) -> None:
@@ -101,9 +106,18 @@ class RayJobRunner:
         argv = guarded(cmd.full_argv(), spec.resume.grace_s, rundir.trainer_log, self.secrets_file)
         argv[argv.index("--"):argv.index("--")] = ["--cwd", cmd.cwd]
         argv[argv.index("--parent"):argv.index("--parent") + 2] = []  # Ray's supervisor is the parent
-        self.client.submit_job(entrypoint=shlex.join(argv), submission_id=self.submission_id,
-                               runtime_env={"env_vars": runtime_env_vars},
-                               metadata={"trainstack_run_id": spec.run_id, "trainstack_epoch": env.get(ENV_EPOCH, "0")})
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.client.submit_job(entrypoint=shlex.join(argv), submission_id=self.submission_id,
+                                       runtime_env={"env_vars": runtime_env_vars},
+                                       metadata={"trainstack_run_id": spec.run_id,
+                                                 "trainstack_epoch": env.get(ENV_EPOCH, "0")})
+                break
+            except RuntimeError as ex:  # a head that answers before its job agent registered: nothing submitted
+                if "No available agent" not in str(ex) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
         self._tail = threading.Thread(target=self._tail_logs, daemon=True)
         self._tail.start()
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack.launch.ray_start import gcs_port, ray_start_argv
+from trainstack.launch.ray_start import gcs_port, ray_start_argv, remove_temp_dir
 from trainstack.procgroup import stop_group
 
 EXIT_RAY = 70  # the Ray cluster could not be assembled
@@ -117,6 +117,7 @@ class RayNode:
     def stop(self) -> None:
         stop_group(self.proc)
         self.log.close()
+        remove_temp_dir(self.argv)  # /tmp/tsray-<job>-<rank>: made for this node, gone with it
 
 
 def node_ip(task: TaskEnv) -> str:

@@ -1,0 +1,199 @@
+"""The fencing rule for slime's own Megatron checkpoints: a wrapper around Megatron's tracker write.
+
+slime saves through `megatron.training.checkpointing.save_checkpoint`. At the pinned Megatron-LM
+commit (MEGATRON_COMMIT) rank 0 publishes a checkpoint in `iter_finalize_fn` with
+
+    with open_file(tracker_filename, 'w') as f:
+        f.write("release" if release else str(iteration))
+
+where `open_file` is a global of that module (from megatron.core.msc_utils) and `tracker_filename`
+is `<save>/latest_checkpointed_iteration.txt`. That write is unfenced (a superseded writer can land
+it after a newer epoch's), in place (a crash between truncate and write leaves an empty tracker,
+which Megatron's `read_metadata` exits on) and records no epoch. slime cannot be changed, so the
+trainer process gets `open_file` replaced in that module (`patch`): opening the tracker for
+writing returns a buffer whose close is `publish_tracker`:
+
+    fence check -> write a temp file, fsync -> fence check -> rename over the tracker
+    -> one publish.jsonl line {iter, epoch, pid, time, writer: megatron}
+
+the same publish the tiny trainer does (trainstack/tiny/checkpoint.py), so the resume plan's rule
+(trainstack/checkpoints.py `authority`: the newest publish of the highest epoch wins; a tracker
+behind it is a superseded writer's late rename, repaired and never followed) holds for Megatron
+runs too. A fenced writer raises trainstack.fence.Fenced and publishes nothing; the guard turns
+the trainer's failure under a lost lease into exit 75. Every other `open_file` call passes through.
+
+How it gets into the trainer (and into every Ray actor it starts, which inherit the environment):
+the guard puts `trainstack/sitehook` first on the trainer's PYTHONPATH when it runs under a lease;
+its `sitecustomize` (stdlib only: a trainer that never imports Megatron pays nothing) hands the
+import of Megatron's module to `PatchAfterImport`, which patches it right after Python executes it,
+whoever imports it first (slime does `from megatron.training.checkpointing import
+save_checkpoint`; `open_file` is looked up in the module's globals at call time). Stdlib only.
+
+Proven against Megatron's own source at the pinned commit by tests/test_tracker_fence.py (the real
+`save_checkpoint`'s tracker write, extracted with `ast` and run against `patch`) where that source is
+present (TRAINSTACK_MEGATRON_SRC); CI, which cannot fetch Megatron, checks the recorded contract
+(MEGATRON_CONTRACT: names and a hash of the function) against this module instead (docs/resume.md).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import sys
+import time
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+
+from trainstack.fence import Fence
+from trainstack.rundir.layout import PUBLISH_LOG, TRACKER
+
+MEGATRON_COMMIT = "1dcf0daf"  # the Megatron-LM commit slime's pinned image uses (docs/resume.md)
+MEGATRON_MODULE = "megatron.training.checkpointing"
+PATCHED_GLOBAL = "open_file"
+WRITER = "megatron"
+# What the wrapper relies on, as read from Megatron-LM's megatron/training/checkpointing.py at
+# MEGATRON_COMMIT (tests/test_tracker_fence.py re-reads it where the source is present).
+MEGATRON_CONTRACT = {
+    "module": MEGATRON_MODULE,
+    "function": "save_checkpoint",
+    "finalizer": "iter_finalize_fn",
+    "opener": PATCHED_GLOBAL,
+    "opener_imported_from": "megatron.core.msc_utils",
+    "tracker_name_function": "get_checkpoint_tracker_filename",
+    "tracker_file": TRACKER,
+    "write_mode": "w",
+    # sha256 of ast.unparse() of the finalizer that writes the tracker: a changed one is re-read by hand
+    "finalizer_sha256": "596c79b2149fe8e20f1c8e11048a9c9db84379c6316648dc198b8039f3ba7f2e",
+}
+_PATCHED = "__trainstack_fenced__"
+
+
+class TrackerWrite(io.StringIO):
+    """What Megatron's `open_file(tracker, 'w')` returns: text buffered until close, then published."""
+
+    def __init__(self, path: str, fence: Fence | None):
+        super().__init__()
+        self.path = path
+        self.fence = fence
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        text = self.getvalue()
+        super().close()
+        publish_tracker(self.path, text, self.fence)
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is None:
+            self.close()
+        else:  # Megatron's write failed: publish nothing
+            io.StringIO.close(self)
+
+
+def publish_tracker(path: str, text: str, fence: Fence | None) -> None:
+    """Fenced, atomic tracker publish with its epoch logged (see the module docstring)."""
+    save_dir = os.path.dirname(os.path.abspath(path))
+    if fence is not None:
+        fence.check()
+    tmp = f"{path}.tmp.{os.getpid()}.{secrets.token_hex(3)}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if fence is not None:
+            fence.check()  # the last check: a write stalled past it is repaired by readers (the epoch rule)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    value = text.strip()
+    if value.isdigit():
+        line = {"iter": int(value), "epoch": fence.epoch if fence else None, "pid": os.getpid(),
+                "time": time.time(), "writer": WRITER}
+        with open(os.path.join(save_dir, PUBLISH_LOG), "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def fenced_opener(original: Callable[..., Any], fence: Fence | None = None,
+                  fence_of: Callable[[], Fence | None] = Fence.from_env) -> Callable[..., Any]:
+    """`original` with the tracker's write replaced by a TrackerWrite (everything else passes through)."""
+
+    def open_file(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "w" in mode and "b" not in mode and os.path.basename(str(path)) == TRACKER:
+            return TrackerWrite(str(path), fence if fence is not None else fence_of())
+        return original(path, mode, *args, **kwargs)
+
+    setattr(open_file, _PATCHED, original)
+    return open_file
+
+
+def patch(module: ModuleType | dict[str, Any], fence: Fence | None = None) -> bool:
+    """Replace `open_file` in Megatron's checkpointing module (or a namespace holding its functions);
+    False when there is none to replace (a Megatron without it: tests/test_tracker_fence.py says
+    which). Idempotent."""
+    ns = module if isinstance(module, dict) else vars(module)
+    current = ns.get(PATCHED_GLOBAL)
+    if current is None:
+        return False
+    if not hasattr(current, _PATCHED):
+        ns[PATCHED_GLOBAL] = fenced_opener(current, fence)
+    return True
+
+
+def _patching(run: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    def exec_module(module: ModuleType) -> None:
+        run(module)
+        if not patch(module):
+            print(f"trainstack: {MEGATRON_MODULE} has no {PATCHED_GLOBAL}: its tracker writes are not "
+                  "fenced (a Megatron other than the pinned one?)", file=sys.stderr, flush=True)
+
+    return exec_module
+
+
+class PatchAfterImport:
+    """A meta path finder that finds nothing itself: it wraps the real loader of MEGATRON_MODULE so
+    `patch` runs right after it. (The site hook's finder hands over to it: `trainstack_hook`.)"""
+
+    trainstack_hook = True  # finders with this flag are skipped when looking for the real one
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+                  ) -> "ModuleSpec | None":
+        if name != MEGATRON_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if getattr(finder, "trainstack_hook", False) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader.exec_module = _patching(spec.loader.exec_module)  # type: ignore[method-assign,assignment]
+                return spec
+        return None
+
+
+def install_import_hook() -> None:
+    """Patch Megatron's checkpointing when it is imported (now, if it already was)."""
+    loaded = sys.modules.get(MEGATRON_MODULE)
+    if loaded is not None:
+        patch(loaded)
+        return
+    if not any(isinstance(f, PatchAfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, PatchAfterImport())
+
+
+def sitehook_dir() -> str:
+    """The directory whose sitecustomize installs the hook: first on the trainer's PYTHONPATH."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "sitehook")
+
+
+def trainer_pythonpath(current: str | None) -> str:
+    """PYTHONPATH for a fenced trainer: the site hook first, whatever was there after it."""
+    parts = [sitehook_dir()] + [p for p in (current or "").split(os.pathsep) if p and p != sitehook_dir()]
+    return os.pathsep.join(parts)
