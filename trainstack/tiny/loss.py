@@ -41,7 +41,7 @@ def make_batch(td: dict, rows: slice | None = None, pad_id: int = 0) -> Batch:
         ids[i, :len(t)] = torch.tensor(list(t), dtype=torch.long)
         if n:
             mask[i, :n] = torch.tensor([float(m) for m in masks[i]])
-            if rlp is not None:
+            if rlp is not None and lps is not None:
                 rlp[i, :n] = torch.tensor(lps[i], dtype=torch.float32)
     return Batch(ids, [len(t) - n for t, n in zip(tokens, lens)], list(lens), mask, rlp)
 
