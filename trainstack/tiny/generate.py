@@ -29,11 +29,14 @@ class Request:
     stop_ids: frozenset[int]
     stop: tuple[str, ...]
     rng: random.Random
+    want_top_p_ids: bool = False  # SGLang custom_params return_top_p_token_ids (slime sets it when top_p != 1)
     # filled by decode
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "length"  # "stop" | "length" | "abort"
     matched: int | str | None = None
+    top_p_ids: list[int] = field(default_factory=list)  # the nucleus kept at each step, concatenated
+    top_p_offsets: list[int] = field(default_factory=lambda: [0])
 
 
 def derive_seed(*parts) -> int:
@@ -78,17 +81,23 @@ def decode(model, reqs: list[Request], context_len: int, decode_text) -> None:
             else:
                 scaled = logits / temperature
                 logp = scaled.log_softmax(-1)
-                cdf = _filter(scaled, top_p, top_k).softmax(-1).cumsum(-1)
+                filtered = _filter(scaled, top_p, top_k)
+                cdf = filtered.softmax(-1).cumsum(-1)
                 draws = [r.rng.random() for r in rs]  # one draw per request and step, whatever the batch
                 u = torch.tensor(draws + draws[:len(rows) - len(rs)], dtype=cdf.dtype)[:, None] * cdf[:, -1:]
                 nxt = (cdf < u).sum(-1).clamp(max=cdf.shape[-1] - 1)
             chosen = logp.gather(1, nxt[:, None]).squeeze(1)
+            kept = None if temperature <= 0 else filtered.isfinite()
             for j, r in enumerate(rs):
                 if done[j]:
                     continue
                 t = int(nxt[j])
                 r.output_ids.append(t)
                 r.logprobs.append(float(chosen[j]))
+                if r.want_top_p_ids:
+                    ids_j = [t] if kept is None else kept[j].nonzero().flatten().tolist()
+                    r.top_p_ids.extend(ids_j)
+                    r.top_p_offsets.append(len(r.top_p_ids))
                 if t in r.stop_ids:
                     r.finish_reason, r.matched, done[j] = "stop", t, True
                 elif r.stop and any(decode_text(r.output_ids).endswith(s) for s in r.stop):

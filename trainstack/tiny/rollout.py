@@ -149,6 +149,14 @@ class SlimeRollouts:
         self.data_source.load(rollout_id)
 
     def close(self) -> None:
+        import asyncio
+
+        from slime.utils import http_utils
+        from slime.utils.async_utils import get_async_loop
+
+        client = http_utils._http_client
+        if hasattr(client, "aclose"):
+            asyncio.run_coroutine_threadsafe(client.aclose(), get_async_loop().loop).result(timeout=10)
         self.server.stop()
 
 

@@ -9,7 +9,9 @@ server answers what slime 624b824a sends and reads:
   sampling_seed) and ``return_logprob`` -> ``text``, ``output_ids`` and ``meta_info`` with
   ``finish_reason`` (``{"type": "stop", "matched": ...}`` / ``{"type": "length", ...}`` /
   ``{"type": "abort"}``), ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
-  ``weight_version`` and ``output_token_logprobs`` (``[logprob, token_id, None]``);
+  ``weight_version``, ``output_token_logprobs`` (``[logprob, token_id, None]``) and, when
+  ``custom_params.return_top_p_token_ids`` is sent (slime does for ``--rollout-top-p`` != 1),
+  ``top_p_token_ids`` / ``top_p_token_offsets``;
 - ``GET /workers``, ``POST /abort_request``, ``GET /v1/loads`` (what ``abort`` calls at the end
   of every rollout), ``GET /health``, ``/health_generate``, ``/get_model_info``.
 
@@ -77,13 +79,12 @@ class TinySGLangServer:
                       temperature=float(sp.get("temperature", 1.0)), top_p=float(sp.get("top_p", 1.0)),
                       top_k=int(sp.get("top_k", -1) if sp.get("top_k") is not None else -1),
                       stop_ids=frozenset({self.tok.eos_token_id, *(sp.get("stop_token_ids") or [])}),
-                      stop=stop, rng=rng)
+                      stop=stop, rng=rng,
+                      want_top_p_ids=bool((sp.get("custom_params") or {}).get("return_top_p_token_ids")))
         return req, sp
 
     def _response(self, r: Request, sp: dict, body: dict) -> dict:
         out = list(r.output_ids)
-        if r.finish_reason == "stop" and isinstance(r.matched, str) and not sp.get("no_stop_trim", False):
-            pass  # string stops: SGLang trims the text only; ids stay
         text = self.tok.decode(out, skip_special_tokens=sp.get("skip_special_tokens", True))
         if r.finish_reason == "stop" and isinstance(r.matched, str) and not sp.get("no_stop_trim", False):
             text = text[: len(text) - len(r.matched)] if text.endswith(r.matched) else text
@@ -95,6 +96,8 @@ class TinySGLangServer:
         meta: dict[str, Any] = {"id": f"tiny-{self.requests}", "finish_reason": finish, "prompt_tokens": len(r.ids),
                                 "completion_tokens": len(out), "cached_tokens": 0,
                                 "weight_version": self.weight_version}
+        if r.want_top_p_ids:  # SGLang's top-p replay data: the kept ids per token, ragged by offsets
+            meta["top_p_token_ids"], meta["top_p_token_offsets"] = r.top_p_ids, r.top_p_offsets
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(r.logprobs, out)]
         return {"text": text, "output_ids": out, "meta_info": meta}

@@ -99,6 +99,12 @@ def load(root: Path | None = None) -> Path:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     loaded = sys.modules.get("slime")
+    if loaded is not None and getattr(loaded, "__file__", None) is None:
+        # a namespace package: the checkout's `slime/` directory itself, imported because the project root
+        # is on sys.path; the real package is one level down
+        for name in [m for m in sys.modules if m == "slime" or m.startswith("slime.")]:
+            del sys.modules[name]
+        loaded = None
     if loaded is not None and not str(getattr(loaded, "__file__", "")).startswith(str(root)):
         raise SlimeMissing(f"another `slime` package is already imported ({loaded.__file__}), not {root}")
     install_sglang_standins()
