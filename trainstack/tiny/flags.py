@@ -54,6 +54,11 @@ SUPPORTED: frozenset[str] = frozenset(
 
 
 
+# slime's defaults the tiny backend's rollout runs (the upstream-contract test checks they exist)
+_DEFAULT_ROLLOUT_FN = "slime.rollout.sglang_rollout.generate_rollout"
+_DEFAULT_DATA_SOURCE = "slime.rollout.data_source.RolloutDataSourceWithBuffer"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A flag whose value the tiny backend would get wrong: ``bad(value, args)`` -> refuse."""

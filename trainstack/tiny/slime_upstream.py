@@ -34,8 +34,6 @@ SGLANG_STANDINS: dict[str, tuple[str, ...]] = {
     ),
     "sglang.srt.server_args": ("ServerArgs",),
     "sglang.srt.utils": ("kill_process_tree",),
-    "sglang_router": (),
-    "sglang_router.launch_router": ("RouterArgs",),
 }
 
 

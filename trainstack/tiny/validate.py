@@ -107,7 +107,7 @@ def validate(parsed: ParsedArgv, env: Mapping[str, str] = os.environ) -> None:
     elif a.rollout_global_dataset and not os.path.exists(a.prompt_data):
         err("prompt_data", "file does not exist", "create it (python -m trainstack.tiny.arithmetic --out DIR)",
             value=a.prompt_data)
-    if not a.rollout_global_dataset and a.rollout_function_path == "slime.rollout.sglang_rollout.generate_rollout":
+    if not a.rollout_global_dataset and a.rollout_function_path == F._DEFAULT_ROLLOUT_FN:
         err("rollout_global_dataset", "slime's generate_rollout asserts the global dataset "
             "(sglang_rollout.py:641, `assert args.rollout_global_dataset`)",
             "drop --disable-rollout-global-dataset (or pass a --rollout-function-path that needs no dataset)")
