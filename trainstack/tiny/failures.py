@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-EXIT_FAILURE_RATE = 3  # the trainer's exit code for "stopped: too many failed samples"
+EXIT_FAILURE_RATE = 3  # the trainer's exit code for "stopped: too many failed samples" (backends.EXIT_REASONS)
 REASON = "stopped: too many failed or aborted samples (rollout/failed_frac; docs/tiny_trainer.md, Failed samples)"
 DEFAULT_MAX_FRAC = 0.5
 DEFAULT_ROLLOUTS = 3

@@ -48,7 +48,6 @@ class SlimeRollouts:
         from . import slime_upstream
 
         root = slime_upstream.load()
-        os.environ.setdefault("TQDM_DISABLE", "1")  # slime draws a progress bar per rollout
         from slime.observability.rollout_data_utils import validate_rollout_id_annotated
         from slime.ray.rollout import RolloutManager
         from slime.rollout.base_types import call_rollout_fn

@@ -329,6 +329,8 @@ class _StopRequest:
 def main(argv: list[str] | None = None) -> int:
     from trainstack.fence import EXIT_FENCED, Fenced
 
+    os.environ.setdefault("TQDM_DISABLE", "1")  # slime draws a progress bar per rollout; read when tqdm is imported
+
     from .validate import main_parse
 
     try:
