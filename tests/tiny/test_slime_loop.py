@@ -31,6 +31,9 @@ async def logged_reward(args, sample, **kw):
     CALLS.append(sample.status.name)
     return score(sample.response, sample.label)
 
+def sync_generate(args, sample, sampling_params):  # slime awaits it too
+    return sample
+
 def two_arg_hook(args, sample):  # slime passes only the kwargs a hook accepts
     sample.metadata["hooked"] = True
 
@@ -107,6 +110,15 @@ def test_sync_reward_function_fails_as_on_slime(data_dir, plugins):
         ro.close()
 
 
+def test_sync_generate_function_fails_as_on_slime(data_dir, plugins):
+    ro, _ = _rollouts(_argv(data_dir) + ["--custom-generate-function-path", f"{plugins}.sync_generate"])
+    try:
+        with pytest.raises(TypeError, match="await"):
+            ro.generate(0)
+    finally:
+        ro.close()
+
+
 def test_two_arg_sample_hook_runs(data_dir, plugins):
     ro, _ = _rollouts(_argv(data_dir) + ["--rollout-sample-hook-path", f"{plugins}.two_arg_hook"])
     try:
@@ -166,6 +178,10 @@ def test_rollout_rewards_are_normalised(data_dir):
         rows = td["rewards"][g * 8:(g + 1) * 8]
         assert abs(sum(rows) / 8) < 1e-5
     assert td["raw_reward"] != td["rewards"] or len(set(td["raw_reward"])) == 1
+    # Sample.rollout_id is the sample's own (slime's data source leaves it unset; the conversion numbers
+    # each sample), not overwritten with the rollout's index as the tiny copy did
+    assert all(s.rollout_id is None for s in res.samples)
+    assert len(set(td["rollout_ids"])) == len(res.samples)
 
 
 def test_top_k_one_is_greedy(data_dir):
@@ -258,6 +274,17 @@ def test_failure_stop_env_settings():
                                "TRAINSTACK_FAILURE_STOP": "0"})
     assert (w.max_frac, w.rollouts, w.enabled) == (0.2, 1, False)
     assert w.observe(0, 1.0, last=True) is None
+
+
+def test_train_async_entrypoint_is_refused_for_a_tiny_run(tmp_path):
+    from conftest import run_py
+
+    r = run_py(f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "slime.entrypoint=train_async.py",
+               "cluster.colocate=false", "cluster.gpus_per_node=2", "cluster.rollout_num_gpus=1", "dry_run=true",
+               cwd=tmp_path)  # (colocated async is refused for any backend)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "slime.entrypoint" in r.stderr and "synchronous loop (train.py) only" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.slow
