@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import run_py
 from tiny_helpers import ARCH, CLUSTER, GRPO, read_metrics, run_tiny, task_argv
 
 PLUGINS = '''
@@ -277,8 +278,6 @@ def test_failure_stop_env_settings():
 
 
 def test_train_async_entrypoint_is_refused_for_a_tiny_run(tmp_path):
-    from conftest import run_py
-
     r = run_py(f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "slime.entrypoint=train_async.py",
                "cluster.colocate=false", "cluster.gpus_per_node=2", "cluster.rollout_num_gpus=1", "dry_run=true",
                cwd=tmp_path)  # (colocated async is refused for any backend)
