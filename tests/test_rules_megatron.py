@@ -151,15 +151,18 @@ SWITCHES = sorted(d for d, s in load_table().specs.items() if s.is_switch)
 @given(dest=st.sampled_from(SWITCHES), value=st.booleans())
 def test_every_switch_value_lands_or_is_refused(dest, value):
     """For every store_true/store_false/--[no-] dest: the value renders to a flag, or equals what
-    slime's namespace holds without one (Megatron's None read as false included), or a rule refuses it."""
+    slime's namespace holds without one (Megatron's None read as false, a removed option left
+    unset), or resolve or a rule refuses it."""
     from trainstack import switch_rules
     from trainstack.render import render_dest
+    from trainstack.resolve import check_dest_value
 
     spec = load_table()[dest]
     tokens = render_dest(spec, value)
-    ctx = _fake_ctx({dest: value})
-    refused = switch_rules.unrenderable_false(ctx) + switch_rules.deprecated_flags(ctx)  # type: ignore[arg-type]
-    lands = bool(tokens) or spec.default is value or (value is False and dest in switch_rules.NONE_READ_AS_FALSE)
+    refused = check_dest_value(spec, value, f"args.{dest}", "test") + switch_rules.unrenderable_false(
+        _fake_ctx({dest: value}))  # type: ignore[arg-type]
+    lands = bool(tokens) or spec.default is value or (
+        value is False and (dest in switch_rules.NONE_READ_AS_FALSE or spec.true_flag is None))
     assert lands != bool(refused), (dest, value, tokens, spec.default)
     if tokens:
         assert load_table().flag_to_dest[tokens[0]] == dest

@@ -3,8 +3,8 @@
 A `store_true` flag whose default is `None` has no flag for `false`: rendering `false` emits nothing
 and the dest keeps `None`. Megatron reads its four such dests with `if args.x` (None is false, so
 `false` lands as meant); SGLang reads `None` as "decide automatically" (multimodal and LoRA turn on
-by themselves), so `false` would be silently ignored there. A `DeprecatedAction` has no usable flag
-at all (SGLang raises when it sees it). `runtime_env.env_vars.X=null` removes X from the trainer's
+by themselves), so `false` would be silently ignored there (a flag with no action for `true` at all, SGLang's
+removed options, is refused by resolve.check_dest_value). `runtime_env.env_vars.X=null` removes X from the trainer's
 environment (render.runtime_env); that must not remove what Megatron needs. Registered through
 upstream_rules (one feature).
 """
@@ -46,25 +46,11 @@ def unrenderable_false(ctx: Ctx) -> list[ConfigError]:
         if spec is None or value is not False or not false_cannot_land(spec) or dest in NONE_READ_AS_FALSE:
             continue
         if spec.true_flag is None:
-            continue  # no flag at all: deprecated_flags
+            continue  # a removed option: false leaves it unset, as it should
         why = NONE_MEANS_AUTO.get(dest, f"{spec.flag} has no negative form and its default is None, not false")
         out.append(ctx.err(dest, f"false cannot be passed to slime: {spec.flag} has no --no- form, so nothing is "
                            f"rendered and the default None (auto) stays: {why}",
                            f"remove {ctx.key(dest)} (auto), or set it to true"))
-    return out
-
-
-@rule
-def deprecated_flags(ctx: Ctx) -> list[ConfigError]:
-    """SGLang's DeprecatedAction flags (`--sglang-prefill-round-robin-balance`, ...) raise when given,
-    and leave nothing to render for true or false."""
-    out = []
-    for dest, value in ctx.run.args.items():
-        spec = ctx.table.get(dest)
-        if spec is None or value is None or not spec.is_switch or spec.true_flag or spec.false_flag:
-            continue
-        out.append(ctx.err(dest, f"{spec.option_strings[0]} is a removed SGLang option (its parser raises when it is "
-                           "given), so no value can be passed", f"remove {ctx.key(dest)}"))
     return out
 
 
