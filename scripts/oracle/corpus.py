@@ -3,6 +3,7 @@
     python scripts/oracle/corpus.py render OUT.json     # corpus -> trainstack verdict + argv per entry
     python scripts/oracle/corpus.py record RENDERED.json VERDICTS.json   # merge slime's verdicts into
                                                           # tests/oracle/slime_parse_oracle.json
+    python scripts/oracle/corpus.py retrack               # re-judge trainstack's column only
 
 `make oracle` runs both around scripts/oracle/real_parse.py (slime's real parser). The corpus is
 deterministic (fixed seed): every experiment; every model preset with each algo on the first
@@ -232,6 +233,10 @@ def options(group: str) -> list[str]:
 def preset_entries() -> list[tuple[str, str, list[str]]]:
     """Every model preset with each algo, on the first GPU cluster where trainstack accepts it."""
     out = []
+    recorded = {}  # the cluster the last recording chose: tried first, so a re-render judges it once
+    if ORACLE_PATH.exists():
+        recorded = {e["id"]: e["overrides"] for e in json.loads(ORACLE_PATH.read_text())["entries"]
+                    if e["kind"] == "preset"}
     for model in options("model"):
         if model == "tiny":
             continue
@@ -239,7 +244,9 @@ def preset_entries() -> list[tuple[str, str, list[str]]]:
             env = "env=openhermes_sft" if algo == "sft" else "env=dapo_math"
             base = [f"model={model}", f"algo={algo}", env]
             chosen = None
-            for cluster in GPU_CLUSTERS:
+            last = recorded.get(f"preset/{model}/{algo}", [])
+            first = [" ".join(last[len(base):])] if last[:len(base)] == base and len(last) > len(base) else []
+            for cluster in [*first, *(c for c in GPU_CLUSTERS if [c] != first)]:
                 overrides = [*base, *cluster.split()]
                 if judge(overrides).accepted:
                     chosen = overrides
@@ -313,6 +320,22 @@ def record(rendered: Path, verdicts: Path) -> None:
         entries.append({"id": r["id"], "kind": r["kind"], "overrides": r["overrides"], "argv": r["argv"],
                         "env": r["env"],
                         "trainstack": {"accepted": r["accepted"], "rules": r["rules"]}, "slime": v})
+    _write(meta, entries)
+
+
+def retrack() -> None:
+    """Re-judge every recorded entry and update only trainstack's column (a rule added or changed
+    that leaves every argv as recorded; slime's verdicts stand). Refuses when an argv or env drifted."""
+    oracle = json.loads(ORACLE_PATH.read_text())
+    for e in oracle["entries"]:
+        j = judge(e["overrides"])
+        if j.argv != e["argv"] or j.env != e["env"]:
+            raise SystemExit(f"{e['id']}: the argv or env drifted; run `make oracle` instead")
+        e["trainstack"] = {"accepted": j.accepted, "rules": j.rules}
+    _write(oracle["meta"], oracle["entries"])
+
+
+def _write(meta: dict, entries: list[dict]) -> None:
     ORACLE_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(ORACLE_PATH, "w", encoding="utf-8") as f:
         f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
@@ -322,6 +345,9 @@ def record(rendered: Path, verdicts: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["retrack"]:
+        retrack()
+        return 0
     if len(argv) == 2 and argv[0] == "render":
         render_corpus(Path(argv[1]))
         return 0
