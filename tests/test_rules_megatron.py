@@ -4,6 +4,7 @@ not land as written (trainstack/switch_rules.py, render.runtime_env), and config
 refused that slime accepts (resolve.derive_cluster_args, argtable aliases)."""
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -214,3 +215,38 @@ def test_non_colocated_split_uses_every_gpu_or_is_refused(nodes, per_node, data)
     if fits:
         assert out["actor_num_nodes"] * out["actor_num_gpus_per_node"] + out["rollout_num_gpus"] == total
         assert 0 < out["actor_num_gpus_per_node"] <= per_node
+
+
+# ---- ranges the parser does not check (issue #25 / #22) ---------------------------------------------
+
+@pytest.mark.parametrize("bad,key", [
+    ("args.sglang_mem_fraction_static=1.5", "args.sglang_mem_fraction_static"),
+    ("args.sglang_mem_fraction_static=0", "args.sglang_mem_fraction_static"),
+    ("args.rollout_top_p=0.0", "args.rollout_top_p"),
+    ("args.rollout_top_k=0", "args.rollout_top_k"),
+    ("args.rollout_max_response_len=0", "args.rollout_max_response_len"),
+    ("cluster.gpus_per_node=0", "cluster.gpus_per_node"),
+    ("cluster.num_nodes=0", "cluster.num_nodes"),
+])
+def test_out_of_range_values_are_refused(bad, key):
+    """`cluster.gpus_per_node=0` was a ZeroDivisionError traceback; the others were accepted."""
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides([*RL, bad])
+    assert key in [e.key for e in err.value.errors]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_ranges_refuse_exactly_the_values_outside(data):
+    """Every dest of range_rules.RANGES: a value inside its range passes, one outside is refused."""
+    from trainstack import range_rules
+
+    dest = data.draw(st.sampled_from(sorted(range_rules.RANGES)))
+    r = range_rules.RANGES[dest]
+    if load_table()[dest].value_kind == "int":
+        value: float = data.draw(st.integers(-5, 10 ** 6))
+    else:
+        value = data.draw(st.floats(-2, 2, allow_nan=False) | st.sampled_from([r.low, r.high]).filter(math.isfinite))
+    inside = (value > r.low if r.low_open else value >= r.low) and (value < r.high if r.high_open else value <= r.high)
+    refused = range_rules.value_ranges(_fake_ctx({dest: value}))  # type: ignore[arg-type]
+    assert bool(refused) != inside, (dest, value)

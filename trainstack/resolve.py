@@ -259,7 +259,13 @@ def _plain(node: Any) -> Any:
 def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigError]]:
     """actor/rollout GPU layout from the cluster, unless the user set it in args."""
     out: dict[str, Any] = {}
-    errors: list[ConfigError] = []
+    errors: list[ConfigError] = [
+        ConfigError(f"cluster.{k}", "must be at least 1", f"set cluster.{k} to the cluster's {what}", value=v)
+        for k, what, v in (("num_nodes", "node count", cluster.num_nodes),
+                           ("gpus_per_node", "GPUs per node", cluster.gpus_per_node))
+        if not isinstance(v, int) or v < 1]
+    if errors:  # everything below divides by them
+        return out, errors
     train_only = bool(layered.get("debug_train_only"))
     rollout_only = bool(layered.get("debug_rollout_only"))
     out["actor_num_nodes"] = cluster.num_nodes
