@@ -36,6 +36,8 @@ BEYOND_PARSER = {
                       "launch take over a live run",
     "tiny_backend": "the CPU backend's capacity: slime's parser accepts the argv, the tiny trainer cannot train it",
     "renamed_plugin_paths": "a dotted path parses as a string; the import fails in the rollout workers",
+    "value_ranges": "argparse checks types only: a memory fraction above 1, top-p 0 or a length <= 0 parses and "
+                    "fails when SGLang starts or samples (trainstack/range_rules.py)",
 }
 # Argvs slime's parser refuses that trainstack cannot refuse before launch: id -> why.
 UNCHECKABLE: dict[str, str] = {}
