@@ -320,7 +320,7 @@ def record(rendered: Path, verdicts: Path) -> None:
             continue  # trainstack refused it while resolving: nothing for slime to parse
         v = dict(slime[r["id"]]["slime"])
         # The dests slime's namespace holds with exactly the intended value (checked by --intended).
-        v["landed"] = sorted(r["intended"]) if v.get("pass") else []
+        v["landed"] = sorted(d for d, x in r["intended"].items() if x is not None) if v.get("pass") else []
         entries.append({"id": r["id"], "kind": r["kind"], "overrides": r["overrides"], "argv": r["argv"],
                         "env": r["env"],
                         "trainstack": {"accepted": r["accepted"], "rules": r["rules"]}, "slime": v})
