@@ -11,7 +11,7 @@ import collections
 
 import pytest
 
-from trainstack_dev.oracle import load_oracle, judge
+from trainstack_dev.oracle import Judgement, judge, load_oracle
 
 ORACLE = load_oracle()
 ENTRIES = ORACLE["entries"]
@@ -23,7 +23,6 @@ BEYOND_PARSER = {
                         "trains 0 steps or fails at run time (slime#2366)",
     "expert_layout": "EP x ETP x PP not dividing the training GPUs parses; Megatron raises when it builds the "
                      "expert process groups on the GPU nodes",
-    "parallel_layout": "attention heads not divisible by TP parse; Megatron asserts when it builds the model",
     "micro_batches": "a global batch not divisible by micro_batch_size x DP parses; Megatron fails at the first "
                      "step (DP is only known once Ray placed the actors)",
     "gpu_budget": "slime does not know the cluster: more GPUs than it has wait forever in Ray placement; "
@@ -32,6 +31,13 @@ BEYOND_PARSER = {
     "colocate_offload": "PPO forces offload_train: an explicit false parses and is silently overridden",
     "wandb": "--use-wandb without --wandb-group parses and raises when the W&B run is created",
     "model_paths": "a missing --hf-checkpoint or --prompt-data parses and fails when SGLang or the data source starts",
+    "lease_settings": "trainstack's own lease (resume.lease_ttl_s): slime never sees it; a short TTL lets a second "
+                      "launch take over a live run",
+    "renamed_plugin_paths": "a dotted path parses as a string; the import fails in the rollout workers",
+    "uneven_pipeline_stages": "a first/last stage taking more layers than the model has leaves a negative middle count, "
+                              "which TransformerConfig accepts and the model build does not",
+    "value_ranges": "argparse checks types only: a memory fraction above 1, top-p 0 or a length <= 0 parses and "
+                    "fails when SGLang starts or samples (trainstack/range_rules.py)",
 }
 # Argvs slime's parser refuses that trainstack cannot refuse before launch: id -> why.
 UNCHECKABLE: dict[str, str] = {}
@@ -60,22 +66,78 @@ def test_corpus_covers_every_preset_action_kind_and_enough_invalid_configs():
     assert len([e for e in ENTRIES if not e["slime"]["pass"]]) >= 10
 
 
+def upstream_refuses(entry: dict) -> str | None:
+    """slime's parser (with Megatron's validate_args) or Megatron's TransformerConfig, built from the
+    parsed namespace as slime's model provider builds it, refused the argv: why; None if both accept."""
+    slime = entry["slime"]
+    if not slime["pass"]:
+        return str(slime.get("error") or slime.get("problems") or slime.get("not_as_intended"))
+    tc = slime.get("transformer_config") or {"ok": True}
+    return None if tc["ok"] else f"TransformerConfig: {tc['error']}"
+
+
+def disagreement(entry: dict, now: Judgement) -> str | None:
+    """Why trainstack's verdict now differs from upstream's recorded one (None: they agree). Both
+    ways: upstream refused -> trainstack refuses; upstream accepted -> trainstack accepts or only
+    beyond-parser rules refuse; a config meant to be invalid accepted by both is a gap, not agreement."""
+    if now.argv != entry["argv"]:
+        return "rendered argv drifted from the oracle: rerun `make oracle` and review"
+    if now.env != entry["env"]:
+        return "the trainer's environment drifted from the oracle: rerun `make oracle` and review"
+    why = upstream_refuses(entry)
+    if why:
+        if now.accepted and entry["id"] not in UNCHECKABLE:
+            return f"upstream refuses this argv ({why[:300]}) but trainstack accepts it"
+        return None
+    unexplained = set(now.rules) - set(BEYOND_PARSER)
+    if unexplained:
+        return f"slime accepts this argv but trainstack refuses it ({unexplained})"
+    if entry["kind"] == "invalid" and now.accepted:
+        return "an invalid/* case is accepted by slime, Megatron's TransformerConfig and trainstack alike"
+    return None
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
 def test_entry_agrees_with_slime(entry):
     now = judge(entry["overrides"])
-    assert now.argv == entry["argv"], "rendered argv drifted from the oracle: rerun `make oracle` and review"
-    slime = entry["slime"]
-    if slime["pass"]:
-        unexplained = set(now.rules) - set(BEYOND_PARSER)
-        assert not unexplained, f"slime accepts this argv but trainstack refuses it ({unexplained})"
-    else:
-        assert not now.accepted or entry["id"] in UNCHECKABLE, (
-            f"slime refuses this argv ({slime.get('error') or slime.get('problems')}) but trainstack accepts it")
+    assert disagreement(entry, now) is None, disagreement(entry, now)
+    # The recorded verdict holds rule by rule: a rule that stops (or starts) refusing an entry fails
+    # here even where the accept/refuse verdict would not change (`corpus.py retrack` re-records it).
+    assert now.rules == entry["trainstack"]["rules"], (now.rules, entry["trainstack"]["rules"])
+
+
+def test_invalid_cases_are_refused_by_someone():
+    gaps = [e["id"] for e in ENTRIES if e["kind"] == "invalid" and not upstream_refuses(e)
+            and e["trainstack"]["accepted"]]
+    assert gaps == []
+
+
+# Rules that refuse nothing by design (they only warn), and features' rule blocks, which their own
+# tests cover (tests/test_http_env_run.py, tests/test_prepare.py) with configs the corpus has no base for.
+NEVER_REFUSE = {"checkpointing": "warns about no_save_optim only"}
+FEATURE_RULES = {"_rules"}
+
+
+def _rule_names() -> list[str]:
+    from trainstack.validate import RULES
+
+    return sorted({r.__name__ for r in RULES} - set(NEVER_REFUSE) - FEATURE_RULES)
+
+
+@pytest.mark.parametrize("rule", _rule_names())
+def test_disabling_a_rule_fails_the_oracle(rule):
+    """Mutation test: with the rule left out (in-process), the verdict check above reports a
+    disagreement on a corpus entry that this rule alone refuses (upstream refuses it, or it is an
+    invalid/* case), so a rule cannot regress with the oracle staying green."""
+    sole = [e for e in ENTRIES if e["trainstack"]["rules"] == [rule] and (upstream_refuses(e) or e["kind"] == "invalid")]
+    assert sole, f"no corpus entry is refused by {rule} alone: add an invalid/* case to scripts/oracle/corpus.py"
+    mutant = judge(sole[0]["overrides"], skip=frozenset({rule}))
+    assert disagreement(sole[0], mutant) is not None, sole[0]["id"]
 
 
 def test_every_beyond_parser_rule_is_needed():
     """The list stays honest: each rule in it refuses at least one argv slime's parser accepted."""
-    used = {r for e in ENTRIES if e["slime"]["pass"] for r in e["trainstack"]["rules"]}
+    used = {r for e in ENTRIES if not upstream_refuses(e) for r in e["trainstack"]["rules"]}
     assert set(BEYOND_PARSER) == used
 
 

@@ -165,10 +165,18 @@ class ArgTable:
             by_dest.setdefault(a["dest"], []).append(a)
         self.specs: dict[str, ArgSpec] = {}
         self.flag_to_dest: dict[str, str] = {}
+        # Another option string's name for a dest, written as a key (`sglang_cuda_graph_bs` for
+        # `--sglang-cuda-graph-bs`, sglang's alias of sglang_cuda_graph_bs_decode). Only options that
+        # store the value as given: a store_false or `--no-x` name means the opposite of its dest.
+        self.aliases: dict[str, str] = {}
         for dest, actions in by_dest.items():
             for a in actions:
                 for opt in a["option_strings"]:
                     self.flag_to_dest[opt] = dest
+                    name = opt.lstrip("-").replace("-", "_")
+                    if (opt.startswith("--") and name != dest and name not in by_dest and not opt.startswith("--no-")
+                            and _ACTION_KIND.get(a["action"]) in (STORE, STORE_TRUE, APPEND)):
+                        self.aliases[name] = dest
             chosen = _pick_action(actions)
             kind = _ACTION_KIND.get(chosen["action"])
             if kind is None:  # only deprecated no-op actions: keep them parseable, never emitted
@@ -209,6 +217,10 @@ class ArgTable:
     def dests(self) -> Iterable[str]:
         return self.specs.keys()
 
+    def canonical(self, name: str) -> str | None:
+        """The dest a key names: itself, or the dest of the option it is an alias of."""
+        return name if name in self.specs else self.aliases.get(name)
+
     def suggest(self, name: str, n: int = 3) -> list[str]:
         """Closest dests for a misspelled key; also understands flag spellings (--foo-bar)."""
         key = name.lstrip("-").replace("-", "_")
@@ -216,6 +228,8 @@ class ArgTable:
             return [self.flag_to_dest["--" + name.lstrip("-")]]
         if key in self.specs:
             return [key]
+        if key in self.aliases:
+            return [self.aliases[key]]
         # SGLang's parser takes abbreviations (`--sglang-mem-frac`), so a user who writes one means
         # the flag it abbreviates, not whatever is closest by edit distance.
         prefixed = [d for d in self.specs if d.startswith(key)]

@@ -91,6 +91,9 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
         if dest == "meta":
             return token, None
         table = at.load_table()
+        alias = table.aliases.get(dest) if "." not in rest else None
+        if alias and value is not None:  # `args.sglang_cuda_graph_bs=[..]`: the option slime's scripts use
+            return f"{'~' if prefix == '~' else '++'}{head}.{alias}={value}", None
         if dest not in table or "." in rest:
             cand = table.suggest(dest)
             fix = at.did_you_mean(cand, f"{head}.") or "this is not one of slime's 1390 arguments; see docs/config.md"

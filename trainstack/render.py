@@ -154,7 +154,11 @@ def runtime_env(run: ResolvedRun) -> dict[str, str]:
     if run.args.get("use_wandb"):  # one W&B run per run_id, continued across restarts
         env["WANDB_RUN_ID"] = wandb_run_id(run.run_id)
         env["WANDB_RESUME"] = "allow"
-    env.update({k: str(v) for k, v in run.runtime_env.env_vars.items()})
+    for k, v in run.runtime_env.env_vars.items():  # null removes the variable (trainstack's default too)
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
     return env
 
 

@@ -303,7 +303,13 @@ def _plain(node: Any) -> Any:
 def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigError]]:
     """actor/rollout GPU layout from the cluster, unless the user set it in args."""
     out: dict[str, Any] = {}
-    errors: list[ConfigError] = []
+    errors: list[ConfigError] = [
+        ConfigError(f"cluster.{k}", "must be at least 1", f"set cluster.{k} to the cluster's {what}", value=v)
+        for k, what, v in (("num_nodes", "node count", cluster.num_nodes),
+                           ("gpus_per_node", "GPUs per node", cluster.gpus_per_node))
+        if not isinstance(v, int) or v < 1]
+    if errors:  # everything below divides by them
+        return out, errors
     train_only = bool(layered.get("debug_train_only"))
     rollout_only = bool(layered.get("debug_rollout_only"))
     out["actor_num_nodes"] = cluster.num_nodes
@@ -314,6 +320,8 @@ def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[
             out["num_gpus_per_node"] = cluster.gpus_per_node
     elif not train_only and not rollout_only:
         rollout = cluster.rollout_num_gpus
+        if rollout is None and isinstance(layered.get("rollout_num_gpus"), int):  # args.rollout_num_gpus=N
+            rollout = layered["rollout_num_gpus"]
         if rollout is None:
             errors.append(ConfigError(
                 "cluster.rollout_num_gpus", "training and rollout are on separate GPUs (cluster.colocate=false) "
@@ -327,13 +335,25 @@ def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[
         elif cluster.num_nodes == 1:
             out["actor_num_gpus_per_node"] = cluster.gpus_per_node - rollout
             out["rollout_num_gpus"] = rollout
+        elif not 0 < rollout < cluster.total_gpus:
+            errors.append(ConfigError(
+                "cluster.rollout_num_gpus", f"{rollout} rollout GPUs leave none of the cluster's {cluster.total_gpus} "
+                "for training", f"use 1..{cluster.total_gpus - 1}, or cluster.colocate=true", value=rollout))
         elif rollout % cluster.gpus_per_node == 0:
             out["actor_num_nodes"] = cluster.num_nodes - rollout // cluster.gpus_per_node
             out["rollout_num_gpus"] = rollout
+        elif cluster.total_gpus - rollout < cluster.gpus_per_node:
+            # slime places actor + rollout one-GPU bundles sorted by node (ray/placement_group.py): the
+            # trainer's GPUs fill part of the first node, the engines take the rest.
+            out["actor_num_nodes"] = 1
+            out["actor_num_gpus_per_node"] = cluster.total_gpus - rollout
+            out["rollout_num_gpus"] = rollout
         else:
             errors.append(ConfigError(
-                "cluster.rollout_num_gpus", "on several nodes, rollout must take whole nodes",
-                f"use a multiple of cluster.gpus_per_node ({cluster.gpus_per_node})", value=rollout))
+                "cluster.rollout_num_gpus", f"on several nodes, the {cluster.total_gpus - rollout} training GPUs left "
+                "by the rollout must fill whole nodes or fit on one node", f"use a multiple of "
+                f"cluster.gpus_per_node ({cluster.gpus_per_node}), or leave fewer than {cluster.gpus_per_node} GPUs "
+                "for training", value=rollout))
     return out, errors
 
 
@@ -468,7 +488,8 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
                       entrypoint=slime.entrypoint)
     entrypoint = slime.entrypoint or meta.get("algo", {}).get("entrypoint") or "train.py"
     runtime_env: RuntimeEnvSpec = typed["runtime_env"]
-    runtime_env = RuntimeEnvSpec(env_vars={str(k): str(v) for k, v in runtime_env.env_vars.items()},
+    runtime_env = RuntimeEnvSpec(env_vars={str(k): None if v is None else str(v)  # null: removed (render)
+                                           for k, v in runtime_env.env_vars.items()},
                                  pythonpath=[absolute(p, origin.cwd) for p in runtime_env.pythonpath])
     name, run_id = run_identity(tree, merged, entrypoint, cluster, origin, meta, paths)
     run_dir = str(Path(paths.runs_root) / run_id)

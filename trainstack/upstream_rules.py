@@ -25,7 +25,7 @@ def rule(fn: Rule) -> Rule:
 
 
 def register(registry: "Registry") -> None:
-    from trainstack import hooks
+    from trainstack import hooks, megatron_rules, range_rules, switch_rules  # noqa: F401  (@rule adds to UPSTREAM)
 
     for fn in UPSTREAM:
         registry.add(hooks.RULES, fn, order=10)

@@ -268,11 +268,9 @@ def eval_settings(ctx: Ctx) -> list[ConfigError]:
 
 @rule
 def checkpointing(ctx: Ctx) -> list[ConfigError]:
-    out = []
-    if ctx.get("save_interval") is not None and not ctx.is_set("save"):
-        out.append(ctx.err("save_interval", "needs --save", "leave args.save unset (trainstack sets it to the "
-                           "run's checkpoint dir) or set it"))
-    # --save without save_interval is an error now (Megatron asserts it): upstream_rules.save_cadence.
+    """Warns only: --save is always the run's checkpoint dir (resolve refuses args.save), and --save
+    without save_interval is upstream_rules.save_cadence."""
+    out: list[ConfigError] = []
     if ctx.get("no_save_optim"):
         ctx.run.warnings.append("no_save_optim=true: checkpoints will not hold optimizer state, so a resume "
                                 "is not exact")

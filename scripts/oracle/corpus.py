@@ -3,6 +3,7 @@
     python scripts/oracle/corpus.py render OUT.json     # corpus -> trainstack verdict + argv per entry
     python scripts/oracle/corpus.py record RENDERED.json VERDICTS.json   # merge slime's verdicts into
                                                           # tests/oracle/slime_parse_oracle.json
+    python scripts/oracle/corpus.py retrack               # re-judge trainstack's column only
 
 `make oracle` runs both around scripts/oracle/real_parse.py (slime's real parser). The corpus is
 deterministic (fixed seed): every experiment; every model preset with each algo on the first
@@ -26,6 +27,10 @@ SEED = 20261122
 GPU_CLUSTERS = ["cluster=local_1xh100", "cluster=local_8xh100", *(
     f"cluster=slurm_8xh100 cluster.num_nodes={n}" for n in (2, 4, 8, 16, 32, 64))]
 RL_BASE = ["experiment=qwen3-4B-grpo-dapo"]
+Q32_PP4 = ["model=qwen3-32B", "cluster=slurm_8xh100", "cluster.num_nodes=2", "model.tensor_model_parallel_size=4",
+           "model.pipeline_model_parallel_size=4"]
+DSV3_16 = ["model=deepseek-v3", "cluster=slurm_8xh100", "cluster.num_nodes=16"]
+NO_RECOMPUTE = ["args.recompute_granularity=null", "args.recompute_method=null", "args.recompute_num_layers=null"]
 SFT_BASE = ["experiment=qwen3-4B-base-sft"]
 
 # One entry per argparse action kind and value shape a user writes (on the GRPO recipe unless noted).
@@ -92,6 +97,29 @@ ACTION_CASES: dict[str, list[str]] = {
     "slime/num_epoch": ["env.num_rollout=null", "args.num_epoch=2"],
     "sft/dropped_preset_sglang": [*SFT_BASE[1:], "model=qwen3-30B-A3B", "cluster.num_nodes=1"],
     "str/leading_dash": ["args.wandb_group=-grp"],
+    # issue #24: what users type, each kind once, where trainstack refused it or could not land it
+    "placement/rollout_part_of_node": ["cluster=slurm_8xh100", "cluster.num_nodes=2", "cluster.colocate=false",
+                                       "cluster.rollout_num_gpus=12"],
+    "placement/rollout_gpus_under_args": ["cluster.colocate=false", "args.rollout_num_gpus=4"],
+    "placement/async_separate_gpus": ["slime.entrypoint=train_async.py", "cluster.colocate=false",
+                                      "cluster.rollout_num_gpus=4"],
+    "alias/sglang_cuda_graph_bs": ["args.sglang_cuda_graph_bs=[1,2,4,8,16]"],
+    "env/null_removes_variable": ["runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=null"],
+    "env/value": ["runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"],
+    "store_true/megatron_none_false": ["args.no_load_optim=false", "args.use_cpu_initialization=false"],
+    "store_true/sglang_multimodal_on": ["args.sglang_enable_multimodal=true"],
+    "optimizer/offload_with_precision_aware": ["args.optimizer_cpu_offload=true",
+                                               "args.use_precision_aware_optimizer=true"],
+    "optimizer/sgd": ["algo.optimizer=sgd"],
+    "optimizer/cosine_weight_decay": ["args.weight_decay_incr_style=cosine", "args.start_weight_decay=0.0",
+                                      "args.end_weight_decay=0.1"],
+    "vpp/even_stages": [*Q32_PP4, "args.num_layers_per_virtual_pipeline_stage=8"],
+    "vpp/uneven_stages": [*Q32_PP4, "args.decoder_first_pipeline_num_layers=14",
+                          "args.decoder_last_pipeline_num_layers=14", "args.num_virtual_stages_per_pipeline_rank=2"],
+    "pp/uneven_last_stage": [*Q32_PP4, "args.decoder_last_pipeline_num_layers=16"],
+    "moe/etp2": ["model=qwen3-30B-A3B", "model.expert_model_parallel_size=4", "args.expert_tensor_parallel_size=2"],
+    "moe/a2a_overlap": ["model=qwen3-30B-A3B", "args.overlap_moe_expert_parallel_comm=true", *NO_RECOMPUTE],
+    "cp/cp2": ["model.context_parallel_size=2"],
 }
 
 # Configs that trip a rule (slime, Megatron or SGLang would refuse them, or trainstack's extra
@@ -170,6 +198,35 @@ INVALID_CASES: dict[str, list[str]] = {
     "deterministic_with_fused_ce": ["experiment=qwen2.5-0.5B-reproducibility", "args.cross_entropy_loss_fusion=true"],
     "deterministic_without_nccl_algo": ["experiment=qwen2.5-0.5B-reproducibility", "runtime_env.env_vars.NCCL_ALGO=Auto"],
     "cuda_connections_override": ["runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8"],
+    # issue #24: Megatron's validate_args and TransformerConfig, slime's defaults feeding them
+    "optimizer_offload_without_precision_aware": ["args.optimizer_cpu_offload=true"],
+    "moe_precision_aware_off": ["model=qwen3-30B-A3B", "args.use_precision_aware_optimizer=false"],
+    "muon": ["algo.optimizer=muon"],
+    "dist_muon": ["algo.optimizer=dist_muon"],
+    "cosine_weight_decay_without_ends": ["args.weight_decay_incr_style=cosine"],
+    "start_weight_decay_constant": ["args.start_weight_decay=0.0"],
+    "vpp_layers_with_uneven_stages": [*DSV3_16, "args.num_layers_per_virtual_pipeline_stage=2"],
+    "vpp_two_ways": [*Q32_PP4, "args.num_layers_per_virtual_pipeline_stage=4",
+                     "args.num_virtual_stages_per_pipeline_rank=4"],
+    "vpp_layers_not_dividing_stage": [*Q32_PP4, "args.num_layers_per_virtual_pipeline_stage=5"],
+    "vpp_pp2_without_p2p_overlap": ["model.pipeline_model_parallel_size=2",
+                                    "args.num_virtual_stages_per_pipeline_rank=2", "args.overlap_p2p_comm=false"],
+    "pp_last_stage_leaves_middle_uneven": [*Q32_PP4, "args.decoder_last_pipeline_num_layers=14"],
+    "pp_uneven_stage_not_dividing_vpp": [*Q32_PP4, "args.decoder_first_pipeline_num_layers=15",
+                                         "args.decoder_last_pipeline_num_layers=13",
+                                         "args.num_virtual_stages_per_pipeline_rank=2"],
+    "moe_a2a_overlap_full_recompute": ["model=qwen3-30B-A3B", "args.overlap_moe_expert_parallel_comm=true"],
+    "sglang_multimodal_false": ["args.sglang_enable_multimodal=false"],
+    "sglang_lora_false": ["args.sglang_enable_lora=false"],
+    "sglang_removed_option": ["args.sglang_collect_tokens_histogram=true"],
+    "cuda_connections_removed": ["runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=null"],
+    "lease_ttl_too_short": ["resume.lease_ttl_s=1"],
+    "tiny_backend_4b_model": ["cluster=local_cpu", "args.rollout_num_gpus_per_engine=1"],
+    "renamed_plugin_path": ["args.custom_generate_function_path=plugins.http_env.generate.generate"],
+    # issue #25 / #22: ranges the parser does not check (trainstack/range_rules.py)
+    "mem_fraction_above_one": ["args.sglang_mem_fraction_static=1.5"],
+    "top_p_zero": ["args.rollout_top_p=0.0"],
+    "top_k_zero": ["args.rollout_top_k=0"],
 }
 
 
@@ -180,6 +237,10 @@ def options(group: str) -> list[str]:
 def preset_entries() -> list[tuple[str, str, list[str]]]:
     """Every model preset with each algo, on the first GPU cluster where trainstack accepts it."""
     out = []
+    recorded = {}  # the cluster the last recording chose: tried first, so a re-render judges it once
+    if ORACLE_PATH.exists():
+        recorded = {e["id"]: e["overrides"] for e in json.loads(ORACLE_PATH.read_text())["entries"]
+                    if e["kind"] == "preset"}
     for model in options("model"):
         if model == "tiny":
             continue
@@ -187,7 +248,9 @@ def preset_entries() -> list[tuple[str, str, list[str]]]:
             env = "env=openhermes_sft" if algo == "sft" else "env=dapo_math"
             base = [f"model={model}", f"algo={algo}", env]
             chosen = None
-            for cluster in GPU_CLUSTERS:
+            last = recorded.get(f"preset/{model}/{algo}", [])
+            first = [" ".join(last[len(base):])] if last[:len(base)] == base and len(last) > len(base) else []
+            for cluster in [*first, *(c for c in GPU_CLUSTERS if [c] != first)]:
                 overrides = [*base, *cluster.split()]
                 if judge(overrides).accepted:
                     chosen = overrides
@@ -257,9 +320,26 @@ def record(rendered: Path, verdicts: Path) -> None:
             continue  # trainstack refused it while resolving: nothing for slime to parse
         v = dict(slime[r["id"]]["slime"])
         # The dests slime's namespace holds with exactly the intended value (checked by --intended).
-        v["landed"] = sorted(r["intended"]) if v.get("pass") else []
+        v["landed"] = sorted(d for d, x in r["intended"].items() if x is not None) if v.get("pass") else []
         entries.append({"id": r["id"], "kind": r["kind"], "overrides": r["overrides"], "argv": r["argv"],
+                        "env": r["env"],
                         "trainstack": {"accepted": r["accepted"], "rules": r["rules"]}, "slime": v})
+    _write(meta, entries)
+
+
+def retrack() -> None:
+    """Re-judge every recorded entry and update only trainstack's column (a rule added or changed
+    that leaves every argv as recorded; slime's verdicts stand). Refuses when an argv or env drifted."""
+    oracle = json.loads(ORACLE_PATH.read_text())
+    for e in oracle["entries"]:
+        j = judge(e["overrides"])
+        if j.argv != e["argv"] or j.env != e["env"]:
+            raise SystemExit(f"{e['id']}: the argv or env drifted; run `make oracle` instead")
+        e["trainstack"] = {"accepted": j.accepted, "rules": j.rules}
+    _write(oracle["meta"], oracle["entries"])
+
+
+def _write(meta: dict, entries: list[dict]) -> None:
     ORACLE_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(ORACLE_PATH, "w", encoding="utf-8") as f:
         f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
@@ -269,6 +349,9 @@ def record(rendered: Path, verdicts: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["retrack"]:
+        retrack()
+        return 0
     if len(argv) == 2 and argv[0] == "render":
         render_corpus(Path(argv[1]))
         return 0

@@ -47,9 +47,38 @@ def preload(check) -> None:
     import slime.utils.arguments  # noqa: F401  (pulls sglang, sglang_router, transformers)
 
 
+# One layer deeper (issue #24): after the check's child has parsed, build Megatron's TransformerConfig
+# from the parsed namespace as slime's model provider does (model_provider.py:134), on CPU, and record
+# whether its __post_init__ accepts it. Appended to the child program; writes to TC_OUT (set per argv).
+TC_OUT = ""
+TC_SNIPPET = r"""
+try:
+    # No Transformer Engine on CPU: the GPU image has it (recent enough for every version check here).
+    import megatron.core.transformer.transformer_config as _tcm
+    import megatron.core.models.common.embeddings.rope_utils as _ru
+    _tcm.is_te_min_version = lambda *a, **k: True
+    import megatron.core.transformer.moe.moe_utils as _mu
+    for _m, _names in ((_ru, ("fused_apply_rotary_pos_emb", "fused_apply_rotary_pos_emb_thd")),
+                       (_mu, ("fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+                              "fused_sort_chunks_by_index_with_probs", "fused_unpermute"))):
+        for _n in _names:
+            if getattr(_m, _n, None) is None:
+                setattr(_m, _n, lambda *a, **k: None)
+    from megatron.training.arguments import core_transformer_config_from_args as _tc_from_args
+    _tc_cfg = _tc_from_args(ns)
+    _tc = {"ok": True, "class": type(_tc_cfg).__name__}
+except BaseException as _e:
+    _fr = traceback.extract_tb(_e.__traceback__)[-1]
+    _tc = {"ok": False, "error": "%s: %s [at %s:%s `%s`]" % (type(_e).__name__, str(_e)[:500],
+           os.path.relpath(_fr.filename, os.environ.get("SLIME_PARSE_ROOT", "/")), _fr.lineno, (_fr.line or "").strip())}
+with open(TC_OUT_PATH, "w") as _f:
+    json.dump(_tc, _f)
+"""
+
+
 def forked_run(cmd, env=None, capture_output=True, text=True, timeout=300, cwd=None, **_):
     """subprocess.run for `[python, -c, CHILD]`, as a fork of this preloaded interpreter."""
-    code = cmd[-1]
+    code = cmd[-1] + (TC_SNIPPET.replace("TC_OUT_PATH", repr(TC_OUT)) if TC_OUT else "")
     out = tempfile.TemporaryFile(mode="w+b")
     err = tempfile.TemporaryFile(mode="w+b")
     pid = os.fork()
@@ -168,16 +197,26 @@ def main() -> int:
     check.subprocess = types.SimpleNamespace(run=forked_run, TimeoutExpired=subprocess.TimeoutExpired)
     out, mismatches = [], []
     with tempfile.TemporaryDirectory() as work:
+        global TC_OUT
         for i, row in enumerate(rows):
             t = time.time()
+            TC_OUT = os.path.join(work, "transformer_config.json")
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(TC_OUT)
             rep = check_one(check, row, work, forked=True)
-            out.append({"id": row["id"], "slime": verdict(rep)})
+            TC_OUT = ""
+            v = verdict(rep)
+            tc_file = os.path.join(work, "transformer_config.json")
+            if v.get("ok") and os.path.exists(tc_file):
+                with open(tc_file) as f:
+                    v["transformer_config"] = json.load(f)
+            out.append({"id": row["id"], "slime": v})
             print(f"{'pass' if rep.get('pass') else 'FAIL'} {time.time() - t:4.1f}s {row['id']}"
                   + ("" if rep.get("pass") else f"  {str(rep.get('error') or rep.get('problems'))[:160]}"),
                   file=sys.stderr)
             if i < verify:
                 ref = check_one(check, row, work, forked=False)
-                if verdict(ref) != out[-1]["slime"]:
+                if verdict(ref) != {k: x for k, x in out[-1]["slime"].items() if k != "transformer_config"}:
                     mismatches.append(row["id"])
     import importlib.metadata as md
 
