@@ -394,7 +394,7 @@ def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
 def test_the_commander_a_launch_starts_is_told_to_exit_when_idle(tmp_path, monkeypatch):
     import subprocess
 
-    from trainstack.launch import lium
+    from trainstack.launch import lium_commander as lium
 
     started: list[list[str]] = []
 

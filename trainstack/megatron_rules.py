@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainstack.errors import ConfigError
-from trainstack.upstream_rules import rule
+from trainstack.rulebook import rule
 
 if TYPE_CHECKING:
     from trainstack.validate import Ctx

@@ -7,21 +7,14 @@ feature (validate.rules hooks, before any feature's own) so validate.py need not
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from trainstack.errors import ConfigError
+from trainstack.rulebook import UPSTREAM, Rule, rule  # noqa: F401  (UPSTREAM, Rule: this module's API too)
 
 if TYPE_CHECKING:  # light at import: `trainstack --help` discovers the features too
     from trainstack.hooks import Registry
     from trainstack.validate import Ctx
-
-Rule = Callable[["Ctx"], list[ConfigError]]
-UPSTREAM: list[Rule] = []
-
-
-def rule(fn: Rule) -> Rule:
-    UPSTREAM.append(fn)
-    return fn
 
 
 def register(registry: "Registry") -> None:

@@ -39,7 +39,7 @@ def locate(run_id: str) -> Path | None:
     token = os.environ.get(TOKEN_ENV, "")
     if len(token) < 16 or not run_id or "/" in run_id:
         return None
-    from trainstack.launch.lium import LiumSettings
+    from trainstack.launch.lium_commander import LiumSettings
 
     url = os.environ.get(URL_ENV) or f"http://127.0.0.1:{LiumSettings().commander_port}"
     try:
@@ -118,7 +118,7 @@ def _local_again(client):
     run's commander URL is that local one; else the client unchanged (its error is the one to report)."""
     from urllib.parse import urlparse
 
-    from trainstack.launch.lium import LiumSettings, commander
+    from trainstack.launch.lium_commander import LiumSettings, commander
 
     url = urlparse(client.url)
     if url.hostname != "127.0.0.1" or not url.port:
