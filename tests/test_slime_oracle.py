@@ -36,6 +36,9 @@ BEYOND_PARSER = {
     "renamed_plugin_paths": "a dotted path parses as a string; the import fails in the rollout workers",
     "uneven_pipeline_stages": "a first/last stage taking more layers than the model has leaves a negative middle count, "
                               "which TransformerConfig accepts and the model build does not",
+    "custom_generate_replay": "a custom generate function with rollout top-p != 1 (or routing replay) parses; slime's "
+                              "sample-to-train-data conversion asserts the top-p ids SGLang gives its own generate "
+                              "only, so every rollout fails (slime ray/rollout.py, issue #20)",
     "value_ranges": "argparse checks types only: a memory fraction above 1, top-p 0 or a length <= 0 parses and "
                     "fails when SGLang starts or samples (trainstack/range_rules.py)",
 }

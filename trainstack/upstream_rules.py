@@ -29,6 +29,30 @@ DSA_SPEC_MARKERS = ("glm5", "deepseek_v32", "glm_moe_dsa")
 
 
 @rule
+def custom_generate_replay(ctx: Ctx) -> list[ConfigError]:
+    """slime ray/rollout.py:718-738 (`_convert_samples_to_train_data`): with --rollout-top-p != 1 every
+    sample must carry `rollout_top_p_token_ids`/`_offsets` (asserted), and with
+    --use-rollout-routing-replay `rollout_routed_experts` (replayed in training). slime's own `generate`
+    fills them from SGLang's meta_info (sglang_rollout.py:106-107, 181-182); a custom generate function
+    builds its samples itself and does not, so every rollout fails at the assertion."""
+    if not ctx.is_set("custom_generate_function_path"):
+        return []
+    out = []
+    top_p = ctx.get("rollout_top_p")
+    if isinstance(top_p, (int, float)) and top_p != 1.0:
+        out.append(ctx.err("rollout_top_p", f"rollout_top_p {top_p} with a custom generate function: slime then "
+                           "asserts every sample carries the top-p token ids SGLang returns, which a custom "
+                           "generate function does not fill", f"set {ctx.key('rollout_top_p')}=1.0",
+                           "custom_generate_function_path"))
+    if ctx.get("use_rollout_routing_replay"):
+        out.append(ctx.err("use_rollout_routing_replay", "routing replay with a custom generate function: slime "
+                           "replays the routed experts SGLang returns to its own generate, which a custom generate "
+                           "function does not fill", f"set {ctx.key('use_rollout_routing_replay')}=false",
+                           "custom_generate_function_path"))
+    return out
+
+
+@rule
 def lr_floor(ctx: Ctx) -> list[ConfigError]:
     """Megatron training/arguments.py:835 `assert args.min_lr <= args.lr`."""
     lr, min_lr = ctx.get("lr"), ctx.get("min_lr")

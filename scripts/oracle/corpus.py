@@ -223,6 +223,9 @@ INVALID_CASES: dict[str, list[str]] = {
     "lease_ttl_too_short": ["resume.lease_ttl_s=1"],
     "tiny_backend_4b_model": ["cluster=local_cpu", "args.rollout_num_gpus_per_engine=1"],
     "renamed_plugin_path": ["args.custom_generate_function_path=plugins.http_env.generate.generate"],
+    # issue #20: slime asserts top-p ids a custom generate function does not fill (upstream_rules)
+    "custom_generate_top_p": ["args.custom_generate_function_path=trainstack_plugins.http_env.generate.generate",
+                              "args.rollout_top_p=0.9"],
     # issue #25 / #22: ranges the parser does not check (trainstack/range_rules.py)
     "mem_fraction_above_one": ["args.sglang_mem_fraction_static=1.5"],
     "top_p_zero": ["args.rollout_top_p=0.0"],
