@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import dataclasses
 import sys
 
 import pytest
@@ -90,8 +91,13 @@ def test_a_failed_launch_raises_with_its_result(tmp_path, monkeypatch):
     assert opened.wait(timeout=5).state == "finished"
     status_file = tmp_path / "runs" / "api-fail" / "status.json"
     status_file.write_text(status_file.read_text().replace('"finished"', '"running"'))
-    with pytest.raises(TimeoutError, match="api-fail is still running"):
-        opened.wait(timeout=0.3, interval=0.1)
+    # "running" with no live lease holder is a lost run: waiting for it ends at once, saying so
+    assert opened.wait(timeout=5, interval=0.1).state.startswith("lost (")
+    live = dataclasses.replace(opened.status(), state="running")
+    with monkeypatch.context() as m:  # a run whose holder is alive: waiting times out
+        m.setattr(opened, "status", lambda: live)
+        with pytest.raises(TimeoutError, match="api-fail is still running"):
+            opened.wait(timeout=0.3, interval=0.1)
     bad = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=json.loads"])
     with pytest.raises(trainstack.RunFailed) as failed:  # the reward function cannot take a sample: exit 1
         bad.launch()

@@ -25,6 +25,9 @@ __all__ = ["ConfigError", "ConfigErrors", "Diff", "DryRun", "LaunchResult", "Met
 
 
 ENDED = ("finished", "failed", "interrupted", "fenced")  # status.json states a run ends in
+# `trainstack status` judges a "running" run by its lease: "lost (...)" when its launcher died without
+# recording a final state (trainstack/rundir/liveness.py): it will not end by itself, so waiting ends
+GONE = ("lost",)
 
 
 class RunFailed(Exception):
@@ -82,7 +85,8 @@ class RunStatus:
 
     run_id: str
     run_dir: str
-    state: str | None  # created | running | finished | failed | interrupted | fenced (None: not started)
+    state: str | None  # created | running | finished | failed | interrupted | fenced (None: not started);
+    # stale | stopping | lost, each followed by why and the fix, when the lease says "running" is not true
     rollouts: int | None  # rollouts trained (from the run's own traces)
     target: int | None  # num_rollout of the spec that last ran
     reward: float | None  # rollout/raw_reward at the last rollout
@@ -254,7 +258,8 @@ class Run:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             st = self.status()
-            if st.state in ENDED and st.scheduler in (None, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+            word = (st.state or "").split(" ", 1)[0]
+            if word in GONE or word in ENDED and st.scheduler in (None, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
                                                       "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY"):
                 return st
             if deadline is not None and time.monotonic() > deadline:
