@@ -188,9 +188,10 @@ def main() -> int:
     hub, url = start_hub(tmp)
     try:
         env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": str(tmp / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
-               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT)}
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT),
+               "HF_HUB_DISABLE_XET": "1"}  # the fake Hub has no Xet (docs/hub.md); trainstack's client disables it too
         env.pop("HF_TOKEN", None)
-        os.environ.update({k: env[k] for k in ("HF_ENDPOINT", "HF_HOME")})
+        os.environ.update({k: env[k] for k in ("HF_ENDPOINT", "HF_HOME", "HF_HUB_DISABLE_XET")})
         sha = upload(url, tmp, ns.files, ns.file_mib)
         nbytes = ns.files * (ns.file_mib << 20) + len('{"model_type": "bench"}')
         result = {"short": short, "download": throughput(env, tmp, sha, nbytes, ns.reps),
