@@ -3,10 +3,16 @@ auth on every endpoint, per-run leases fenced by epoch, state that survives SIGK
 reconciler (rent with idempotency keys, replace, restart limit, cancel) leaving no pod behind."""
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
 import pytest
 
 from commander_helpers import TOKEN, CommanderProc, wait_for, worker_token
-from conftest import files_under, run_py
+from conftest import ROOT, files_under, run_py
 from trainstack.commander.client import CommanderClient, CommanderError
 
 # `python: /bin/false`: the worker command exits at once, so these tests play the worker themselves
@@ -291,13 +297,6 @@ NO_LIUM = {"LIUM_API_KEY": "unused", "LIUM_BASE_URL": "http://127.0.0.1:9"}  # n
 def test_a_launch_started_commander_exits_once_its_last_run_has_ended_and_commander_stop_stops_one(tmp_path):
     """Before, the commander a launch started on the submit host ran forever. Now it exits `--exit-when-idle`
     seconds after no run is active; `trainstack commander stop` stops the one a launch started."""
-    import os
-    import subprocess
-    import sys
-    import time
-
-    from conftest import ROOT
-
     cmd = CommanderProc(tmp_path, NO_LIUM, **{"--exit-when-idle": "1.5"}).start()
     try:
         admin = cmd.client()
@@ -332,14 +331,6 @@ def test_a_launch_started_commander_exits_once_its_last_run_has_ended_and_comman
 def test_trainstack_resume_with_a_new_spend_limit_from_the_cli(tmp_path):
     """`trainstack resume RUN --spend-limit N` for a run its spend limit paused: the same limit is refused
     (exit 1, naming the flag), a higher one resumes it and it is not paused again."""
-    import os
-    import sqlite3
-    import subprocess
-    import sys
-    import time
-
-    from conftest import ROOT
-
     cmd = CommanderProc(tmp_path, NO_LIUM, **{"--backoff": "5", "--backoff-max": "5"}).start()
     env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": cmd.url}
     try:

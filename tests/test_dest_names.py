@@ -54,6 +54,8 @@ TINY = "trainstack/tiny/"
 ALLOWED: dict[tuple[str, str], str] = {
     ("trainstack/http_env/cli.py", "--env"): "`trainstack-http-env serve`'s own option (an env settings key), "
                                              "not a slime flag",
+    ("trainstack/completion.py", "--shell-completion"): "Hydra's own shell-completion option that `trainstack run` "
+                                                        "passes through, not a slime flag",
     ("trainstack/compare.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
     ("trainstack/inputs/prepare.py", "meta"): "a dest namespace's `meta:` block (the model's source, not a flag)",
     ("trainstack/overrides.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",

@@ -24,7 +24,8 @@ from conftest import ROOT, run_py
 pytestmark = pytest.mark.slow
 
 STUB = ROOT / "tests" / "data" / "inputs_stub_slime"
-RECIPE = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100"]
+# the fake's pods of a `trainstack` image have trainstack (the presets leave the image to the user)
+RECIPE = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100", "cluster.lium.pod.image=trainstack/trainstack-slime:test"]
 
 
 @pytest.fixture

@@ -52,7 +52,8 @@ def test_run_directory_and_summary(tmp_path):
     status = json.loads((rd / "status.json").read_text())
     assert status["state"] == "finished" and status["last_checkpoint"] == 3
     assert "rollout/raw_reward" in status["last_metrics"]
-    for needle in ("run dir", "reward", "resume   python run.py", "compare  trainstack compare r1",
+    # cwd is outside the checkout, so the rerun hint names the installed command, not `python run.py`
+    for needle in ("run dir", "reward", "resume   trainstack run ", "compare  trainstack compare r1",
                    "diff     trainstack diff r1"):
         assert needle in res.stderr, needle
 
