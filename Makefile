@@ -25,7 +25,7 @@ run: $(STAMP)
 XDIST ?= -n 2 --dist loadgroup
 
 test: lint
-	$(PY) -m pytest -q $(XDIST)
+	$(PY) -m pytest -q --durations=60 $(XDIST)
 
 # ruff (lint) and mypy over trainstack/ and plugins/ (settings in pyproject.toml); part of `make test`.
 lint: $(STAMP)
