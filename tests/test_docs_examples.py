@@ -50,7 +50,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "trainstack render experiment=qwen3-4B-grpo-dapo --format shell": (0, "ray job submit --address="),
     "trainstack render experiment=qwen3-4B-base-sft -o sft.json":
         (0, lambda out, cwd: "train_async.py" in (cwd / "sft.json").read_text()),
-    "python run.py -m hydra/launcher=lium 'experiment=glob(*,exclude=cpu-smoke)' cluster=lium_8xh100 dry_run=true":
+    "python run.py -m hydra/launcher=lium 'experiment=glob(*,exclude=cpu-*)' cluster=lium_8xh100 dry_run=true":
         (0, "ok  qwen3-4B-base-sft-"),
     "python run.py -m algo.lr=1e-6,2e-6 dry_run=true": (0, "ok  tiny-grpo-arithmetic-"),
     "python run.py -m hydra/launcher=lium cluster=lium_8xh100 experiment=qwen3-4B-grpo-dapo algo.lr=1e-6,2e-6 "

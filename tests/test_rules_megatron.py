@@ -250,3 +250,26 @@ def test_ranges_refuse_exactly_the_values_outside(data):
     inside = (value > r.low if r.low_open else value >= r.low) and (value < r.high if r.high_open else value <= r.high)
     refused = range_rules.value_ranges(_fake_ctx({dest: value}))  # type: ignore[arg-type]
     assert bool(refused) != inside, (dest, value)
+
+
+# ---- which trainer can train which model (issue #25) --------------------------------------------------
+
+GPU_CLUSTERS = ("local_1xh100", "local_8xh100", "slurm_8xh100", "lium_8xh100")
+
+
+@settings(max_examples=12, deadline=None)
+@given(cluster=st.sampled_from(GPU_CLUSTERS), recipe=st.sampled_from(["cpu-agentic", "cpu-smoke"]))
+def test_the_tiny_model_on_any_gpu_cluster_is_refused_naming_the_model(cluster, recipe):
+    """`experiment=cpu-agentic cluster=lium_8xh100` validated and would have rented 8 GPUs for a model slime
+    cannot load (no Hugging Face weights). Every CPU recipe on every GPU cluster is refused at `model`."""
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides([f"experiment={recipe}", f"cluster={cluster}", "cluster.lium.pod.image=me/ts:1"])
+    mine = [e for e in err.value.errors if e.key == "model"]
+    assert mine and "tiny CPU trainer" in mine[0].problem and "cluster=local_cpu" in mine[0].fix
+
+
+def test_a_gpu_model_on_the_cpu_backend_and_the_tiny_model_on_it_are_judged_apart():
+    with pytest.raises(ConfigErrors) as err:
+        build_from_overrides(["model=qwen3-4B", "cluster=local_cpu"])
+    assert [e for e in err.value.errors if e.key == "model" and "cannot train a 4" in e.problem]
+    assert build_from_overrides(["experiment=cpu-agentic"])  # the tiny model on its own backend stays valid

@@ -39,6 +39,8 @@ BEYOND_PARSER = {
     "custom_generate_replay": "a custom generate function with rollout top-p != 1 (or routing replay) parses; slime's "
                               "sample-to-train-data conversion asserts the top-p ids SGLang gives its own generate "
                               "only, so every rollout fails (slime ray/rollout.py, issue #20)",
+    "model_backend": "the tiny model's flags parse on slime; it has no Hugging Face weights, so SGLang and the "
+                     "torch_dist load fail on the GPU nodes (conf/model/tiny.yaml meta.backends, issue #25)",
     "value_ranges": "argparse checks types only: a memory fraction above 1, top-p 0 or a length <= 0 parses and "
                     "fails when SGLang starts or samples (trainstack/range_rules.py)",
 }

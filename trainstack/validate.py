@@ -450,6 +450,23 @@ def tiny_backend(ctx: Ctx) -> list[ConfigError]:
     return out
 
 
+@rule
+def model_backend(ctx: Ctx) -> list[ConfigError]:
+    """A model preset may name the trainers that can train it (`meta.backends`): the tiny model has no
+    Hugging Face weights for SGLang or Megatron, so slime on a GPU cluster would fail after the pods bill."""
+    model = ctx.run.meta.get("model", {})
+    allowed = model.get("backends")
+    backend = ctx.run.cluster.backend
+    if not isinstance(allowed, (list, tuple)) or not allowed or backend in allowed:
+        return []
+    who = "the tiny CPU trainer" if list(allowed) == ["tiny"] else f"backend {', '.join(map(str, allowed))}"
+    return [ConfigError("model", f"model={model.get('name')} can only be trained by {who}; "
+                        f"cluster={ctx.run.cluster.name} runs {backend}",
+                        "pick a Hugging Face model preset for the GPU cluster (e.g. model=qwen3-0.6B, conf/model/), "
+                        "or a CPU cluster (cluster=local_cpu)",
+                        value=model.get("name"), source=ctx.run.origin.group_file("model"))]
+
+
 def validate(run: ResolvedRun) -> list[ConfigError]:
     ctx = Ctx(run)
     errors: list[ConfigError] = []

@@ -222,6 +222,8 @@ INVALID_CASES: dict[str, list[str]] = {
     "cuda_connections_removed": ["runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=null"],
     "lease_ttl_too_short": ["resume.lease_ttl_s=1"],
     "tiny_backend_4b_model": ["cluster=local_cpu", "args.rollout_num_gpus_per_engine=1"],
+    # issue #25: the tiny model has no Hugging Face weights; slime's parser takes its flags (validate.model_backend)
+    "tiny_model_on_slime": ["experiment=cpu-agentic", "cluster=lium_8xh100"],
     "renamed_plugin_path": ["args.custom_generate_function_path=plugins.http_env.generate.generate"],
     # issue #20: slime asserts top-p ids a custom generate function does not fill (upstream_rules)
     "custom_generate_top_p": ["args.custom_generate_function_path=trainstack_plugins.http_env.generate.generate",
