@@ -28,7 +28,7 @@ from pathlib import Path
 import benchlib  # noqa: E402  (benchmarks/ is on sys.path when the script runs)
 
 ROOT = Path(__file__).resolve().parents[1]
-OVERRIDES = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100"]
+OVERRIDES = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100", "cluster.lium.pod.image=you/trainstack-slime:0.1"]
 
 BARE_APP = f'''
 import hydra

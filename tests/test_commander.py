@@ -280,7 +280,8 @@ def test_lium_sweep_refuses_points_sharing_a_run_id_and_invalid_points_registeri
     volume, one lease) and an invalid point are refused, naming the point and the key; no run dir, no
     sweep dir, and no commander is asked (its URL is a closed port)."""
     env = {"TRAINSTACK_COMMANDER_TOKEN": TOKEN, "TRAINSTACK_COMMANDER_URL": "http://127.0.0.1:9"}
-    common = ["-m", "hydra/launcher=lium", "cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs", "hydra.sweep.dir=sw"]
+    common = ["-m", "hydra/launcher=lium", "cluster=lium_cpu", "cluster.lium.pod.image=me/trainstack-slime:1",
+              f"paths.runs_root={tmp_path}/runs", "hydra.sweep.dir=sw"]
     shared = run_py(*common, "env.num_rollout=3,4", cwd=tmp_path, env=env)
     assert shared.returncode == 2 and "2 points would be the same run" in shared.stderr, shared.stderr
     assert "env.num_rollout" in shared.stderr

@@ -34,7 +34,7 @@ Check = Union[str, Callable[[str, Path], bool]]  # a line the output contains, o
 # documented command -> (exit code, key line of its stdout+stderr, or a check of what it wrote)
 EXPECT: dict[str, tuple[int, Check]] = {
     # README
-    "python run.py model=qwen3-4B algo=grpo env=dapo_math cluster=lium_8xh100 dry_run=true":
+    "python run.py model=qwen3-4B algo=grpo env=dapo_math cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "deferred to the host that runs it"),
     "make install": (0, lambda out, cwd: (VENV / "bin" / "trainstack").is_file()),
     "source .venv/bin/activate": (0, f"{VENV}/bin/trainstack"),
@@ -42,19 +42,19 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "trainstack --help": (0, "{run,render,args,exec,diff,compare,status,cancel,"),
     "make run": (0, "(finished, exit code 0)"),
     "make lint": (0, "Success: no issues found"),
-    "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 dry_run=true":
+    "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "launch (the trainer runs on a lium host)"),
-    "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 dry_run=true output=cmd.json":
+    "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true output=cmd.json":
         (0, lambda out, cwd: '"ray_submit"' in (cwd / "cmd.json").read_text()),
     "python run.py experiment=qwen3-4B-grpo-dapo dry_run=true": (2, "error: slime.root: the slime checkout"),
     "trainstack render experiment=qwen3-4B-grpo-dapo --format shell": (0, "ray job submit --address="),
     "trainstack render experiment=qwen3-4B-base-sft -o sft.json":
         (0, lambda out, cwd: "train_async.py" in (cwd / "sft.json").read_text()),
-    "python run.py -m hydra/launcher=lium 'experiment=glob(*,exclude=cpu-*)' cluster=lium_8xh100 dry_run=true":
+    "python run.py -m hydra/launcher=lium 'experiment=glob(*,exclude=cpu-*)' cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "ok  qwen3-4B-base-sft-"),
     "python run.py -m algo.lr=1e-6,2e-6 dry_run=true": (0, "ok  tiny-grpo-arithmetic-"),
-    "python run.py -m hydra/launcher=lium cluster=lium_8xh100 experiment=qwen3-4B-grpo-dapo algo.lr=1e-6,2e-6 "
-    "dry_run=true": (0, "ok  qwen3-4B-grpo-dapo-b4908ff8"),
+    "python run.py -m hydra/launcher=lium cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 experiment=qwen3-4B-grpo-dapo "
+    "algo.lr=1e-6,2e-6 dry_run=true": (0, "ok  qwen3-4B-grpo-dapo-b4908ff8"),
     "python run.py --help": (0, "trainstack: compose a slime"),
     "python run.py --cfg job algo.lr=2e-6": (0, "lr: 2.0e-06"),
     "python run.py --info defaults": (0, "Defaults List"),
@@ -86,7 +86,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # README, docs/http_env.md
     "python run.py experiment=cpu-agentic env.num_rollout=5": (0, "(finished, exit code 0)"),
     "trainstack env list": (0, "chain_sum"),
-    "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 dry_run=true":
+    "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "the generate function will use the env server at http://127.0.0.1:18080"),
     # docs/tiny_trainer.md (/tmp/ paths are taken in the scratch directory)
     "python -m trainstack.tiny.arithmetic --out /tmp/arith": (0, "train: "),

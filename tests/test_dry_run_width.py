@@ -71,12 +71,12 @@ def test_gpu_recipe_fits_and_adds_up(tmp_path, columns):
 
 
 def test_lium_preset_shows_its_price_and_a_sweep_fits(tmp_path):
-    lines = dry_run(tmp_path, ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100"], 80)
+    lines = dry_run(tmp_path, ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100", "cluster.lium.pod.image=you/trainstack-slime:0.1"], 80)
     assert not [ln for ln in lines if len(ln) > 80]
     text = flat(lines)
     assert "at most $25.00 per hour (cluster.lium.pod.max_price_per_hour); no spend limit" in text
     assert lines[-1].startswith("ok: ready to launch qwen3-4B-grpo-dapo-") and lines[-1].endswith(" on lium")
-    res = run_py("-m", "hydra/launcher=lium", "cluster=lium_8xh100", "experiment=qwen3-4B-grpo-dapo",
+    res = run_py("-m", "hydra/launcher=lium", "cluster=lium_8xh100", "cluster.lium.pod.image=you/trainstack-slime:0.1", "experiment=qwen3-4B-grpo-dapo",
                  "algo.lr=1e-6,2e-6", "+env.meta.http_env.url=http://127.0.0.1:9/a-very-long-path-for-the-env-server",
                  "dry_run=true", f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path, env={"COLUMNS": "80"})
     assert res.returncode == 0, res.stderr

@@ -18,7 +18,7 @@ from trainstack.pipeline import build_from_overrides
 LIVEWEB = ["env=liveweb", "model=qwen3-4B", "cluster=local_8xh100"]
 # a dry run on a remote launcher defers the host checks (no slime checkout or data here) and still
 # tells which env server the generate function will use
-LIVEWEB_REMOTE = ["env=liveweb", "model=qwen3-4B", "cluster=lium_8xh100"]
+LIVEWEB_REMOTE = ["env=liveweb", "model=qwen3-4B", "cluster=lium_8xh100", "cluster.lium.pod.image=you/trainstack-slime:0.1"]
 
 
 def errors_of(overrides: list[str]) -> list:

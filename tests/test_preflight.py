@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import files_under, run_py
 from tests.fakes import fake_gpu_host
@@ -74,11 +76,59 @@ def test_a_remote_launcher_defers_the_host_checks(tmp_path):
 
 
 def test_dry_run_lists_deferred_checks(tmp_path):
-    res = run_py(*QWEN, "cluster=lium_8xh100", "dry_run=true", cwd=tmp_path)
+    res = run_py(*QWEN, "cluster=lium_8xh100", "cluster.lium.pod.image=you/trainstack-slime:0.1", "dry_run=true", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "launch (the trainer runs on a lium host)" in res.stdout
     assert "deferred to the host that runs it" in res.stdout and "model.hf_checkpoint: " in res.stdout
     assert files_under(tmp_path) == []
+
+
+def test_the_dry_run_refuses_a_lium_pod_without_an_image_as_the_launch_does(tmp_path):
+    """`dry_run=true` said "ready to launch" where the launch refused (no template, no image: Lium's stock
+    PyTorch image has no trainstack); now both refuse at cluster.lium.pod.image, a sweep once, nothing written."""
+    res = run_py(*QWEN, "cluster=lium_8xh100", "dry_run=true", cwd=tmp_path)
+    assert res.returncode == 2 and "error: cluster.lium.pod.image: neither" in res.stderr, res.stderr
+    sweep = run_py("-m", "hydra/launcher=lium", *QWEN, "cluster=lium_8xh100", "algo.lr=1e-6,2e-6", "dry_run=true",
+                   f"hydra.sweep.dir={tmp_path}/sweep", cwd=tmp_path)
+    assert sweep.returncode == 2 and sweep.stderr.count("cluster.lium.pod.image: neither") == 1, sweep.stderr
+    assert "error: every point (2): cluster.lium.pod.image" in sweep.stderr
+    assert files_under(tmp_path) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(shared=st.lists(st.booleans(), min_size=1, max_size=8), n_own=st.integers(0, 3))
+def test_a_sweep_reports_an_error_every_point_shares_once_and_the_others_per_point(shared, n_own):
+    """A 256-point sweep printed the same launcher error 256 times: an error every point has is one
+    message ("every point (N)"), one only some points have names each of them, and none is lost."""
+    from trainstack.errors import ConfigError
+    from trainstack.sweep_points import PointErrors
+
+    common = ConfigError("cluster.lium.pod.image", "no image", "set it")
+    failed = PointErrors()
+    for num, has in enumerate(shared):
+        failed.point()
+        own = [ConfigError(f"args.k{num}_{i}", "bad", "fix") for i in range(n_own)]
+        failed.add(num, [f"algo.lr={num}"], ([common] if has else []) + own)
+    out = failed.errors()
+    together = [e for e in out if e.key.startswith("every point")]
+    per_point = [e for e in out if e.key.endswith("cluster.lium.pod.image") and e.key.startswith("point ")]
+    if all(shared) and len(shared) > 1:
+        assert len(together) == 1 and together[0].key == f"every point ({len(shared)}): cluster.lium.pod.image"
+        assert not per_point
+    else:
+        assert not together and len(per_point) == sum(shared)
+    assert len(out) == len(together) + len(per_point) + len(shared) * n_own
+
+
+@settings(max_examples=60, deadline=None)
+@given(template=st.one_of(st.none(), st.just(""), st.text(min_size=1, max_size=12)),
+       image=st.one_of(st.none(), st.just(""), st.text(min_size=1, max_size=12)))
+def test_lium_settings_problems_refuse_exactly_a_pod_with_neither_template_nor_image(template, image):
+    from trainstack.launch.lium import LiumLauncher
+
+    problems = LiumLauncher.settings_problems({"pod": {"template_id": template, "image": image}})
+    assert bool(problems) == (not template and not image)
+    assert all(p.key == "cluster.lium.pod.image" for p in problems)
 
 
 def test_inputs_must_be_the_right_kind(tmp_path):

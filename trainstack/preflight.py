@@ -75,7 +75,10 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
     corrupt = run_dir_problems(run)
     if corrupt:  # everything below reads the run dir: name the broken files first
         raise ConfigErrors(corrupt)
-    errors = [] if submitted_by else registry.get(facts.launcher).submit_host_problems(dry=False)
+    launcher = registry.get(facts.launcher)
+    errors = [] if submitted_by else launcher.submit_host_problems(dry=False)
+    if facts.launcher == run.cluster.launcher:  # its own settings, offline: a dry run refuses what the launch would
+        errors += launcher.settings_problems(dict(run.cluster.settings or {}))
     try:
         report.plan = _plan(run, dry=not launching)
     except ConfigErrors as err:

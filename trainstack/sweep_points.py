@@ -56,10 +56,11 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
     from trainstack.preflight import preflight
     from trainstack.resolve import Origin
 
-    errors: list[ConfigError] = []
+    failed = PointErrors()
     built: list[tuple[str, list[str]]] = []
     for num, cfg in enumerate(configs):
         origin = Origin.from_hydra(cfg.hydra)
+        failed.point()
         try:
             run, cmd = build(cfg, origin)
             problem = plugin_problem(run.cluster.launcher)
@@ -67,12 +68,12 @@ def check_points(configs: Sequence[Any]) -> list[ConfigError]:
                 return [problem]
             report = preflight(run, cmd, launching=False)
         except ConfigErrors as err:
-            errors += point_errors(num, list(origin.overrides), err.errors)
+            failed.add(num, list(origin.overrides), err.errors)
             continue
         built.append((run.run_id, list(origin.overrides)))
         if cfg.get("dry_run"):  # the point's task prints this check instead of repeating it
             remember_checked(cfg.hydra.job.num, origin, CheckedPoint(run, cmd, report))
-    return errors + shared_run_id_errors(built)
+    return failed.errors() + shared_run_id_errors(built)
 
 
 def point_errors(num: int, overrides: list[str], errors: list[ConfigError]) -> list[ConfigError]:
@@ -82,6 +83,35 @@ def point_errors(num: int, overrides: list[str], errors: list[ConfigError]) -> l
     label = " ".join(redact_override(o.lstrip("+")) for o in overrides) or "(no overrides)"
     return [ConfigError(f"point {num} [{label}]: {e.key}", e.problem, e.fix, value=e.value, source=e.source,
                         related=e.related) for e in errors]
+
+
+class PointErrors:
+    """Every point's errors, reported once each: an error every point shares (a launcher setting the sweep
+    does not vary) is one message for the sweep, not one per point (256 copies for a 256-point sweep)."""
+
+    def __init__(self) -> None:
+        self.points = 0
+        self._seen: dict[tuple, tuple[ConfigError, list[tuple[int, list[str]]]]] = {}
+
+    def point(self) -> None:
+        """Count a point (with or without errors)."""
+        self.points += 1
+
+    def add(self, num: int, overrides: list[str], errors: list[ConfigError]) -> None:
+        for e in errors:
+            key = (e.key, e.problem, e.fix, repr(e.value))
+            self._seen.setdefault(key, (e, []))[1].append((num, overrides))
+
+    def errors(self) -> list[ConfigError]:
+        out: list[ConfigError] = []
+        for e, where in self._seen.values():
+            if len(where) == 1 or len(where) < self.points:
+                for num, overrides in where:
+                    out += point_errors(num, overrides, [e])
+            else:
+                out.append(ConfigError(f"every point ({len(where)}): {e.key}", e.problem, e.fix, value=e.value,
+                                       source=e.source, related=e.related))
+        return out
 
 
 def shared_run_id_errors(points: Sequence[tuple[str, list[str]]], what: str = "run") -> list[ConfigError]:

@@ -20,6 +20,8 @@ runs is a method here, so the core (status, cancel, logs, sweeps) never names a 
   `wait=true` sweeps return each run's metric to the sweeper).
 - `submit_host_problems(dry)`: what this machine lacks to submit (no `sbatch`, a missing client
   library); the preflight asks before anything is written, so a dry run refuses like the launch.
+- `settings_problems(settings)`: what a submission refuses in the launcher's own settings, offline
+  (Lium: no image); the preflight asks it too.
 
 Failures outside the config (a scheduler refusal, a commander that refuses) raise a
 `trainstack.errors.RuntimeFailure` subclass: their own exit code, never 2 (bad input).
@@ -99,6 +101,12 @@ class Launcher:
     # --- submitting -----------------------------------------------------------------------
     def submit_host_problems(self, dry: bool = False) -> list[ConfigError]:
         """What this machine lacks to submit runs (dry: to size them without submitting)."""
+        return []
+
+    @classmethod
+    def settings_problems(cls, settings: dict[str, Any]) -> list[ConfigError]:
+        """What a submission would refuse in this launcher's own settings (`cluster.<name>`), judged offline:
+        the dry run asks it too, so `dry_run=true` never says ready where the launch refuses."""
         return []
 
     def check(self, spec: "RunSpec") -> None:

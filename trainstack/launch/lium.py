@@ -31,6 +31,7 @@ from trainstack.launch.lium_commander import (  # noqa: F401  (this module's API
     LOCAL_IDLE_EXIT_S, STATE_DIR, LiumSettings, commander, start_local_commander)
 from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
 from trainstack.runspec import RunSpec
+from trainstack.userconfig import run_target
 
 if TYPE_CHECKING:
     from trainstack.status import Row
@@ -121,10 +122,10 @@ def _input_moves(spec: RunSpec, req) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------
 # Submitting
 # ------------------------------------------------------------------------------------------
-def image_problem(req) -> ConfigError | None:
+def image_problem(template_id: Any, image: Any) -> ConfigError | None:
     """A pod without trainstack's image cannot run the worker: with neither a template nor an image, Lium
     rents its stock PyTorch image (a pod that bills and cannot train), so the launch is refused."""
-    if req.template_id or req.image:
+    if template_id or image:
         return None
     return ConfigError("cluster.lium.pod.image", "neither cluster.lium.pod.template_id nor cluster.lium.pod.image is "
                        "set, so Lium would rent its stock PyTorch image, which has no trainstack (the pod would bill "
@@ -138,7 +139,8 @@ def check(spec: RunSpec) -> None:
     trainstack), then the resume check."""
     from trainstack.resume import plan
 
-    problem = image_problem(pod_request(spec))
+    req = pod_request(spec)
+    problem = image_problem(req.template_id, req.image)
     if problem is not None:
         raise ConfigErrors([problem])
     plan(spec, RunDir(spec.run_dir))
@@ -223,6 +225,12 @@ class LiumLauncher(Launcher):
         return (f"at most ${price:.2f} per hour (cluster.lium.pod.max_price_per_hour); "
                 + (f"spend limit ${spend:.2f}" if isinstance(spend, (int, float)) else "no spend limit"))
 
+    @classmethod
+    def settings_problems(cls, settings: dict[str, Any]) -> list[ConfigError]:
+        pod = settings.get("pod") or {}
+        problem = image_problem(pod.get("template_id"), pod.get("image"))
+        return [problem] if problem else []
+
     def check(self, spec: RunSpec) -> None:
         check(spec)
 
@@ -230,10 +238,11 @@ class LiumLauncher(Launcher):
         settings: LiumSettings = self.settings(spec)
         t0 = time.perf_counter()
         rec = submit_specs([spec], settings)[0]
+        target = run_target(spec.run_id, spec.run_dir)  # found from any cwd, whatever paths.runs_root was
         print(f"trainstack: registered {spec.run_id} with the Lium commander at {rec['commander_url']} "
               f"({time.perf_counter() - t0:.2f} s); it rents a pod and keeps the run on one\n"
-              f"  follow it: trainstack status {spec.run_id}    logs: trainstack logs {spec.run_id} -f    "
-              f"stop it: trainstack cancel {spec.run_id}", file=sys.stderr, flush=True)
+              f"  follow it: trainstack status {target}    logs: trainstack logs {target} -f    "
+              f"stop it: trainstack cancel {target}", file=sys.stderr, flush=True)
         if not settings.wait:
             return 0
         done = wait_for(commander(settings, start=False), [spec.run_id], float(settings.poll_s))

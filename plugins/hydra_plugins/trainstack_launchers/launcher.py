@@ -110,7 +110,7 @@ class TrainstackLauncher(Launcher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from trainstack.errors import ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
         from trainstack.launch.registry import get
-        from trainstack.sweep_points import point_errors, remove_fresh_sweep_dir, shared_run_id_errors
+        from trainstack.sweep_points import PointErrors, remove_fresh_sweep_dir, shared_run_id_errors
 
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -120,9 +120,11 @@ class TrainstackLauncher(Launcher):
         except ConfigErrors as err:
             remove_fresh_sweep_dir(str(sweep_dir))
             report_and_exit(err)
-        specs, errors, dry_lines, built = [], [], [], []
+        specs, dry_lines, built = [], [], []
+        failed = PointErrors()
         for idx, overrides in enumerate(job_overrides):  # every point checked before the first is submitted
             shown = list(filter_overrides(overrides))
+            failed.point()
             try:
                 run, cmd, spec, dry = self.point_spec(launcher, overrides, given)
                 built.append((spec.run_id, shown))
@@ -131,12 +133,12 @@ class TrainstackLauncher(Launcher):
                     continue
                 launcher.check(spec)
             except ConfigErrors as err:
-                errors += point_errors(initial_job_idx + idx, shown, err.errors)
+                failed.add(initial_job_idx + idx, shown, err.errors)
                 continue
             specs.append(spec)
             log.info(f"\t#{initial_job_idx + idx} : {spec.run_id} : {' '.join(shown)}")
         # one run per point: two points with one run id would share a run dir, a job name, a lease
-        errors += shared_run_id_errors(built, what=launcher.sweep_point)
+        errors = failed.errors() + shared_run_id_errors(built, what=launcher.sweep_point)
         settings = launcher.settings(specs[0]) if specs else None
         if not errors:
             errors += launcher.submit_host_problems(dry=bool(getattr(settings, "dry", False)) or not specs)
