@@ -126,7 +126,8 @@ def test_pip_install_then_render_and_run_from_anywhere(tmp_path):
     mine = tmp_path / "my_conf" / "experiment"
     mine.mkdir(parents=True)
     (mine / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - override /model: qwen3-4B\n"
-                                    "  - override /cluster: lium_8xh100\nname: mine\nalgo:\n  lr: 3.0e-6\n")
+                                    "  - override /cluster: lium_8xh100\nname: mine\nalgo:\n  lr: 3.0e-6\n"
+                                    "cluster:\n  lium:\n    pod:\n      image: me/trainstack-slime:1\n")
     r = subprocess.run([ts, "run", "--config-dir", str(tmp_path / "my_conf"), "experiment=mine", "dry_run=true"],
                        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

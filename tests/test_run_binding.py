@@ -26,6 +26,9 @@ def stored_run(tmp_path: Path, *overrides: str) -> Path:
     return Path(spec.run_dir)
 
 
+LIUM_IMAGE = "cluster.lium.pod.image=me/trainstack-slime:1"
+
+
 def dry(tmp_path: Path, *overrides: str):
     return run_py(f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "run_id=bound", *overrides,
                   "dry_run=true", cwd=tmp_path, env={"COLUMNS": "200"})
@@ -34,21 +37,21 @@ def dry(tmp_path: Path, *overrides: str):
 def test_a_local_run_is_refused_to_lium_and_slurm_with_the_fix(tmp_path):
     run_dir = stored_run(tmp_path)
     before = (run_dir / "spec.json").read_text()
-    for other in (["cluster=lium_cpu"], ["cluster.launcher=slurm"]):
+    for other in (["cluster=lium_cpu", LIUM_IMAGE], ["cluster.launcher=slurm"]):
         res = dry(tmp_path, *other, "env.num_rollout=6")
         assert res.returncode == 2, res.stdout + res.stderr
         assert "error: cluster.launcher: run bound belongs to the 'local' launcher" in res.stderr
         assert "would train it again from zero" in res.stderr
         assert "run_id=<new id>" in res.stderr and "resume.allow_changes=[launcher]" in res.stderr
     assert (run_dir / "spec.json").read_text() == before  # nothing overwritten
-    ok = dry(tmp_path, "cluster=lium_cpu", "resume.allow_changes=[launcher]")  # moved knowingly
+    ok = dry(tmp_path, "cluster=lium_cpu", LIUM_IMAGE, "resume.allow_changes=[launcher]")  # moved knowingly
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.splitlines()[-1] == "ok: ready to launch bound on lium"
 
 
 def test_a_lium_sweep_reusing_a_local_run_id_is_refused_before_anything_is_registered(tmp_path):
     stored_run(tmp_path)
-    res = run_py("-m", "hydra/launcher=lium", "cluster=lium_cpu", f"paths.runs_root={tmp_path}/runs",
+    res = run_py("-m", "hydra/launcher=lium", "cluster=lium_cpu", LIUM_IMAGE, f"paths.runs_root={tmp_path}/runs",
                  f"paths.data_root={tmp_path}/data", "run_id=bound", "algo.lr=1e-3", "env.num_rollout=6",
                  "dry_run=true", f"hydra.sweep.dir={tmp_path}/sw", cwd=tmp_path, env={"COLUMNS": "200"})
     assert res.returncode == 2, res.stdout + res.stderr
