@@ -78,13 +78,14 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/launchers.md
     "python run.py env.num_rollout=40 run_id=demo-exec": (0, "(finished, exit code 0)"),
     "trainstack exec demo-exec": (0, "run demo-exec is finished"),
-    # docs/resume.md (after the three runs above in the same directory: README and resume.md differ)
-    "python run.py env.num_rollout=40 args.save_interval=10": (0, "run dir"),
-    "python run.py env.num_rollout=60 args.save_interval=10": (0, "resuming from rollout 39"),
-    "python run.py cluster.launcher=ray_job cluster.ray_job.start_head=true env.num_rollout=20 args.save_interval=10":
-        (0, "(finished, exit code 0)"),
+    # docs/resume.md (its own run ids: followed after the README, nothing collides)
+    "python run.py run_id=resume-demo env.num_rollout=40 args.save_interval=10": (0, "run dir"),
+    "python run.py run_id=resume-demo env.num_rollout=60 args.save_interval=10": (0, "resuming from rollout 39"),
+    "python run.py cluster.launcher=ray_job cluster.ray_job.start_head=true run_id=ray-demo env.num_rollout=20 "
+    "args.save_interval=10": (0, "(finished, exit code 0)"),
     # README, docs/http_env.md
     "python run.py experiment=cpu-agentic env.num_rollout=5": (0, "(finished, exit code 0)"),
+    "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5": (0, "(finished, exit code 0)"),
     "trainstack env list": (0, "chain_sum"),
     "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "the generate function will use the env server at http://127.0.0.1:18080"),
@@ -97,6 +98,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
 # pytest-xdist they run on whichever worker is free (in that worker's copy of the doc's directory), the others
 # of a doc one after another on one worker (tests/conftest.py). The slow ones: a whole CPU smoke run, mypy.
 INDEPENDENT = {"make lint", "python run.py experiment=cpu-agentic env.num_rollout=5",
+               "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5",
                "python -m trainstack.tools.sync_slime presets --check", "python -m trainstack.tools.golden"}
 TINY_TRAIN_PREFIX = "python -m trainstack.tiny.train --num-layers 2"
 EXPECT_PREFIX: dict[str, tuple[int, Check]] = {TINY_TRAIN_PREFIX: (0, "rollout 800/800")}
@@ -131,6 +133,30 @@ def test_every_documented_command_has_an_expectation():
     stale = [k for k in EXPECT if k not in documented]
     stale += [k for k in EXPECT_PREFIX if not any(c.startswith(k) for c in documented)]
     assert not stale, "EXPECT entries no longer documented:\n" + "\n".join(stale)
+
+
+def test_no_two_docs_train_the_same_run():
+    """A newcomer follows the README and then each doc in one directory: a doc's training command whose run
+    id the README (or another doc) already trained lands on a finished run ("nothing to train") or on a run
+    bound to another launcher. Every training command of the docs (all of them, with their own tests too)
+    belongs to one doc's run ids only."""
+    import shlex
+
+    from trainstack.pipeline import build_from_overrides
+
+    owners: dict[str, set[str]] = {}
+    for path in DOCS:
+        for cmd in commands(path):
+            toks = shlex.split(cmd)
+            if toks[:2] != ["python", "run.py"] or {"-m", "--cfg", "--help", "--info", "-sc"} & set(toks):
+                continue
+            if any(t.startswith(("dry_run=", "hydra.")) for t in toks):
+                continue
+            run, _ = build_from_overrides(toks[2:])
+            owners.setdefault(run.run_id, set()).add(path.name)
+    assert len(owners) >= 5, owners
+    shared = {rid: sorted(docs) for rid, docs in owners.items() if len(docs) > 1}
+    assert not shared, f"run ids trained by more than one doc (give the later doc's commands a run_id=): {shared}"
 
 
 def test_readme_starts_from_a_clean_clone():

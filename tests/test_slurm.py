@@ -77,7 +77,7 @@ DOC = {
     "optuna": "python run.py -m hydra/launcher=slurm hydra.launcher.wait=true hydra/sweeper=optuna "
               "hydra.sweeper.n_trials=2 hydra.sweeper.n_jobs=2 hydra.sweeper.direction=maximize env.num_rollout=3 "
               "'algo.lr=interval(0.0005,0.005)' hydra.sweep.dir=opt",
-    "single": "python run.py cluster.launcher=slurm env.num_rollout=60 args.save_interval=1",
+    "single": "python run.py cluster.launcher=slurm run_id=slurm-demo env.num_rollout=60 args.save_interval=1",
     "held": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=held +hydra.launcher.additional_parameters.hold=true "
             "env.num_rollout=3 algo.lr=1e-3,2e-3",
     "status": "trainstack status sweep",
