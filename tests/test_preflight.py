@@ -126,7 +126,10 @@ def test_a_sweep_reports_an_error_every_point_shares_once_and_the_others_per_poi
 def test_lium_settings_problems_refuse_exactly_a_pod_with_neither_template_nor_image(template, image):
     from trainstack.launch.lium import LiumLauncher
 
-    problems = LiumLauncher.settings_problems({"pod": {"template_id": template, "image": image}})
+    from trainstack.schema import ClusterSpec
+
+    cluster = ClusterSpec(name="lium_cpu", launcher="lium", settings={"pod": {"template_id": template, "image": image}})
+    problems = LiumLauncher.settings_problems(cluster)
     assert bool(problems) == (not template and not image)
     assert all(p.key == "cluster.lium.pod.image" for p in problems)
 

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import files_under
 from trainstack.launch.slurm import SlurmSettings, executor_params, merge_dependency, render_sbatch
@@ -68,7 +70,8 @@ DOC = {
     "down": "scripts/slurm-local.sh down",
     "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep env.num_rollout=80 args.save_interval=1 "
              "algo.lr=1e-3,2e-3,3e-3,4e-3",
-    "glob": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true 'experiment=glob(*)' hydra.sweep.dir=sw",
+    "glob": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true 'experiment=glob(*,exclude=cpu-*)' "
+            "cluster=slurm_8xh100 hydra.sweep.dir=sw",
     "gpu_dry_shared": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
                       "cluster=slurm_8xh100 cluster.num_nodes=1,2 hydra.sweep.dir=sw",
     "gpu_dry": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
@@ -289,8 +292,26 @@ def test_experiment_glob_dry_sweep(tmp_path):
     r = run_doc("glob", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     manifest = json.loads((tmp_path / "sw" / "sweep.json").read_text())
-    n = len(list((ROOT / "conf" / "experiment").glob("*.yaml")))
+    n = len([p for p in (ROOT / "conf" / "experiment").glob("*.yaml") if not p.name.startswith("cpu-")])
     assert len(manifest["runs"]) == n and len({m["run_id"] for m in manifest["runs"]}) == n
+    assert all("#SBATCH --cpus-per-task=96" in m["sbatch"] and "#SBATCH --mem=1000G" in m["sbatch"]
+               for m in manifest["runs"])
+
+
+def test_a_gpu_recipe_without_slurm_sizing_is_refused_or_sized_by_the_sweep(tmp_path):
+    """A SLURM sweep of recipes whose cluster is local_8xh100 was sized at 1 CPU, 60 minutes and no memory for
+    8 GPUs, without a word. Now refused naming both keys; sized through hydra.launcher.<key>, it passes."""
+    base = [PY, str(ROOT / "run.py"), "-m", "hydra/launcher=slurm", "hydra.launcher.dry=true",
+            "experiment=qwen3-4B-grpo-dapo", "algo.lr=1e-6,2e-6", "hydra.sweep.dir=sw"]
+    r = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "error: every point (2): cluster.slurm.cpus_per_node: cluster=local_8xh100 has no SLURM sizing" in r.stderr
+    assert "every point (2): cluster.slurm.mem_gb" in r.stderr and not (tmp_path / "sw").exists()
+    sized = subprocess.run([*base, "hydra.launcher.cpus_per_task=64", "hydra.launcher.mem_gb=500"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert sized.returncode == 0, sized.stderr
+    runs = json.loads((tmp_path / "sw" / "sweep.json").read_text())["runs"]
+    assert all("--cpus-per-task=64" in m["sbatch"] and "--mem=500G" in m["sbatch"] for m in runs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -631,3 +652,28 @@ def test_zz_slurm_local_script_idempotent_and_down_up(tmp_path, cluster_up):
     up = run_doc("up", cwd=tmp_path, timeout=300)
     assert up.returncode == 0, up.stderr
     assert _slurm_problem() is None
+
+
+@settings(max_examples=120, deadline=None)
+@given(accel=st.sampled_from(["gpu", "cpu"]), gpus=st.integers(0, 8),
+       cpus=st.sampled_from([None, 32, "cpus_per_gpu", "sbatch:cpus-per-task"]),
+       mem=st.sampled_from([None, 500, "mem_per_gpu", "sbatch:mem"]))
+def test_sizing_refuses_exactly_a_gpu_job_without_cpus_or_memory(accel, gpus, cpus, mem):
+    """The class around the local_8xh100-on-SLURM case: every way to give a job CPUs (cpus_per_node,
+    cpus_per_gpu, sbatch cpus-per-task) and memory (mem_gb, mem_per_gpu, sbatch mem) counts; a CPU job
+    or one without GPUs is never refused."""
+    from trainstack.launch.slurm import sizing_problems
+
+    settings_: dict = {"sbatch": {}}
+    for value, plain in ((cpus, "cpus_per_node"), (mem, "mem_gb")):
+        if isinstance(value, int):
+            settings_[plain] = value
+        elif isinstance(value, str) and value.startswith("sbatch:"):
+            settings_["sbatch"][value[7:]] = 8
+        elif value:
+            settings_[value] = "8G" if value.startswith("mem") else 4
+    cluster = ClusterSpec(name="c", accelerator=accel, gpus_per_node=gpus, settings=settings_)
+    keys = [e.key for e in sizing_problems(cluster)]
+    gpu_job = accel == "gpu" and gpus > 0
+    assert ("cluster.slurm.cpus_per_node" in keys) == (gpu_job and cpus is None)
+    assert ("cluster.slurm.mem_gb" in keys) == (gpu_job and mem is None)

@@ -20,7 +20,7 @@ runs is a method here, so the core (status, cancel, logs, sweeps) never names a 
   `wait=true` sweeps return each run's metric to the sweeper).
 - `submit_host_problems(dry)`: what this machine lacks to submit (no `sbatch`, a missing client
   library); the preflight asks before anything is written, so a dry run refuses like the launch.
-- `settings_problems(settings)`: what a submission refuses in the launcher's own settings, offline
+- `settings_problems(cluster)`: what a submission refuses in the launcher's own settings, offline
   (Lium: no image); the preflight asks it too.
 
 Failures outside the config (a scheduler refusal, a commander that refuses) raise a
@@ -104,9 +104,10 @@ class Launcher:
         return []
 
     @classmethod
-    def settings_problems(cls, settings: dict[str, Any]) -> list[ConfigError]:
-        """What a submission would refuse in this launcher's own settings (`cluster.<name>`), judged offline:
-        the dry run asks it too, so `dry_run=true` never says ready where the launch refuses."""
+    def settings_problems(cls, cluster: Any) -> list[ConfigError]:
+        """What a submission would refuse in this launcher's own settings (`cluster.settings`: cluster.<name>,
+        with a sweep's hydra.launcher.<key> merged in) for this cluster, judged offline: the dry run and the
+        sweep plugin ask it too, so `dry_run=true` never says ready where the launch refuses."""
         return []
 
     def check(self, spec: "RunSpec") -> None:

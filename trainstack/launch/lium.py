@@ -226,8 +226,8 @@ class LiumLauncher(Launcher):
                 + (f"spend limit ${spend:.2f}" if isinstance(spend, (int, float)) else "no spend limit"))
 
     @classmethod
-    def settings_problems(cls, settings: dict[str, Any]) -> list[ConfigError]:
-        pod = settings.get("pod") or {}
+    def settings_problems(cls, cluster: Any) -> list[ConfigError]:
+        pod = (cluster.settings or {}).get("pod") or {}
         problem = image_problem(pod.get("template_id"), pod.get("image"))
         return [problem] if problem else []
 

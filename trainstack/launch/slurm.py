@@ -98,6 +98,30 @@ def merge_dependency(user: str | None, singleton: bool) -> str | None:
     return ",".join(parts) or None
 
 
+def sizing_problems(cluster: ClusterSpec) -> list[ConfigError]:
+    """A GPU job sized by nothing: a cluster without `slurm:` settings (e.g. `cluster=local_8xh100` swept with
+    `hydra/launcher=slurm`) would get 1 CPU and SLURM's default memory beside its GPUs, and start a trainer
+    that cannot feed them. Refused naming the keys, unless the job's CPUs and memory are given some way."""
+    if cluster.accelerator != "gpu" or not cluster.gpus_per_node:
+        return []
+    s = cluster.settings or {}
+    sbatch = {str(k).replace("-", "_") for k in (s.get("sbatch") or {})}
+    out = []
+    gpus = f"{int(cluster.num_nodes)} x {int(cluster.gpus_per_node)} GPUs"
+    if not (s.get("cpus_per_node") or s.get("cpus_per_gpu") or {"cpus_per_task", "cpus_per_gpu"} & sbatch):
+        out.append(ConfigError("cluster.slurm.cpus_per_node", f"cluster={cluster.name} has no SLURM sizing: its job "
+                               f"({gpus}) would get 1 CPU per node", "use a SLURM cluster preset (cluster=slurm_8xh100), "
+                               "or set cluster.slurm.cpus_per_node (hydra.launcher.cpus_per_task in a sweep)",
+                               value=s.get("cpus_per_node")))
+    if s.get("mem_gb") is None and not (s.get("mem_per_gpu") or s.get("mem_per_cpu")
+                                        or {"mem", "mem_per_gpu", "mem_per_cpu"} & sbatch):
+        out.append(ConfigError("cluster.slurm.mem_gb", f"cluster={cluster.name} has no SLURM sizing: its job ({gpus}) "
+                               "would get SLURM's default memory per CPU", "use a SLURM cluster preset "
+                               "(cluster=slurm_8xh100), or set cluster.slurm.mem_gb (hydra.launcher.mem_gb in a sweep)",
+                               value=None))
+    return out
+
+
 def executor_params(cluster: ClusterSpec, job_name: str, settings: SlurmSettings, singleton: bool = True) -> dict[str, Any]:
     """submitit parameters of one job: nodes, one task per node, GPUs as gres, CPUs, memory,
     partition, account, time limit, extra sbatch options, job name, singleton dependency; plus the
@@ -318,6 +342,10 @@ class SlurmLauncher(Launcher):
 
     def submit_host_problems(self, dry: bool = False) -> list[ConfigError]:
         return submit_host_problems(dry)
+
+    @classmethod
+    def settings_problems(cls, cluster: Any) -> list[ConfigError]:
+        return sizing_problems(cluster)
 
     def check(self, spec: RunSpec) -> None:
         from trainstack.resume import plan

@@ -104,6 +104,9 @@ class TrainstackLauncher(Launcher):
         if errors:
             raise ConfigErrors(errors)
         spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, settings=dataclasses.asdict(obj)))
+        problems = type(launcher).settings_problems(spec.cluster)  # what submitting would refuse, dry or not
+        if problems:
+            raise ConfigErrors(problems)
         return run, cmd, spec, bool(task_cfg.get("dry_run"))
 
     # --- the sweep ------------------------------------------------------------------------
