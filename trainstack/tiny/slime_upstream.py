@@ -34,8 +34,6 @@ SGLANG_STANDINS: dict[str, tuple[str, ...]] = {
     ),
     "sglang.srt.server_args": ("ServerArgs",),
     "sglang.srt.utils": ("kill_process_tree",),
-    "sglang_router": (),
-    "sglang_router.launch_router": ("RouterArgs",),
 }
 
 
@@ -99,8 +97,80 @@ def load(root: Path | None = None) -> Path:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     loaded = sys.modules.get("slime")
+    if loaded is not None and getattr(loaded, "__file__", None) is None:
+        # a namespace package: the checkout's `slime/` directory itself, imported because the project root
+        # is on sys.path; the real package is one level down
+        for name in [m for m in sys.modules if m == "slime" or m.startswith("slime.")]:
+            del sys.modules[name]
+        loaded = None
     if loaded is not None and not str(getattr(loaded, "__file__", "")).startswith(str(root)):
         raise SlimeMissing(f"another `slime` package is already imported ({loaded.__file__}), not {root}")
     install_sglang_standins()
     importlib.import_module("slime")
     return root
+
+
+class _Response:
+    """The part of ``httpx.Response`` slime's ``http_utils._post`` / ``get`` use."""
+
+    def __init__(self, status: int, content: bytes, url: str):
+        self.status_code, self.content, self.url = status, content, url
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise RuntimeError(f"HTTP {self.status_code} from {self.url}: {self.text[:500]}")
+
+    async def aread(self) -> bytes:
+        return self.content
+
+    async def aclose(self) -> None:
+        return None
+
+
+class AiohttpClient:
+    """Stands in for the ``httpx.AsyncClient`` slime's ``init_http_client`` creates (``http_utils._http_client``).
+
+    slime's own ``post`` / ``get`` / ``_post`` (retries included) still run and still speak HTTP; only
+    the connection pool underneath is aiohttp's (slime's other HTTP dependency). Why: httpx's pool
+    serves a burst of concurrent requests in roughly quadratic time; slime sends a whole rollout
+    (256 requests in cpu-smoke) at once, which took 2.5-12 s per rollout with httpx on a 2-core
+    machine against 0.3-0.4 s with aiohttp keep-alive (docs/benchmarks.md). The session is created on
+    the event loop that first uses it (slime's rollout loop).
+    """
+
+    def __init__(self, limit: int = 0):
+        self.limit = limit
+        self._session = None
+
+    def _sess(self):
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.limit), timeout=aiohttp.ClientTimeout(total=None),
+                trust_env=False)
+        return self._session
+
+    async def post(self, url: str, json=None, headers=None) -> _Response:
+        async with self._sess().post(url, json=json, headers=headers) as r:
+            return _Response(r.status, await r.read(), url)
+
+    async def get(self, url: str, headers=None) -> _Response:
+        async with self._sess().get(url, headers=headers) as r:
+            return _Response(r.status, await r.read(), url)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def install_http_client(args) -> None:
+    """slime's ``init_http_client(args)``, then its httpx pool swapped for :class:`AiohttpClient`."""
+    from slime.utils import http_utils
+
+    http_utils.init_http_client(args)
+    http_utils._http_client = AiohttpClient(limit=args.sglang_server_concurrency * http_utils.get_rollout_num_engines(args))
