@@ -30,7 +30,7 @@ TINY_CAPABILITIES = Capabilities(
 
 # Exit codes a trainer uses for a reason of its own; the launcher records the reason in status.json.
 EXIT_REASONS: dict[int, str] = {
-    3: "stopped: too many failed or aborted samples (rollout/failed_frac above the threshold for N rollouts, "
+    9: "stopped: too many failed or aborted samples (rollout/failed_frac above the threshold for N rollouts, "
        "or every sample of the last rollout failed; docs/tiny_trainer.md, Failed samples)",
 }
 

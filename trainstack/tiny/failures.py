@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-EXIT_FAILURE_RATE = 3  # the trainer's exit code for "stopped: too many failed samples" (backends.EXIT_REASONS)
+# the trainer's exit code for "stopped: too many failed samples" (backends.EXIT_REASONS); not 3, the
+# launcher's "busy" (a Lium worker would relaunch on it), nor 4 (a superseded Lium worker)
+EXIT_FAILURE_RATE = 9
 REASON = "stopped: too many failed or aborted samples (rollout/failed_frac; docs/tiny_trainer.md, Failed samples)"
 DEFAULT_MAX_FRAC = 0.5
 DEFAULT_ROLLOUTS = 3
