@@ -49,7 +49,6 @@ class SlimeRollouts:
 
         root = slime_upstream.load()
         from slime.observability.rollout_data_utils import validate_rollout_id_annotated
-        from slime.ray.rollout import RolloutManager
         from slime.rollout.base_types import call_rollout_fn
         from slime.rollout.sample_hooks import set_current_rollout_id
         from slime.utils.eval_config import build_eval_dataset_configs
@@ -71,7 +70,7 @@ class SlimeRollouts:
         args.sglang_router_ip, args.sglang_router_port = self.server.start(get_async_loop().loop)
         args.rollout_num_engines = 1  # one "engine" behind the "router": the tiny server
         args.sglang_enable_deterministic_inference = True  # slime then sends sampling_seed per group index
-        slime_upstream.install_http_client(args)
+        slime_upstream.install_http_client(args, self.server)
         eval_pairs = list(getattr(args, "eval_datasets", None) or [])
         args.eval_datasets = build_eval_dataset_configs(
             args, [{"name": n, "path": p} for n, p in eval_pairs], {}) if eval_pairs and \
@@ -81,9 +80,10 @@ class SlimeRollouts:
         if args.eval_function_path is None:  # slime's argument validation does the same
             args.eval_function_path = args.rollout_function_path
         self.eval_generate_rollout = load_function(args.eval_function_path)
-        # RolloutManager is a Ray actor class; its undecorated class runs here without Ray. Only the
-        # attributes _convert_samples_to_train_data reads are set (its __init__ starts SGLang servers).
-        manager_cls = RolloutManager.__ray_metadata__.modified_class
+        # RolloutManager is a Ray actor class in a module that imports Ray, wandb and SGLang's engines;
+        # its two conversion methods, compiled from slime's source, run here without them. Only the
+        # attributes they read are set (its __init__ starts SGLang servers).
+        manager_cls = slime_upstream.rollout_manager_class(root)
         self.manager = manager_cls.__new__(manager_cls)
         self.manager.args = args
         self.manager.custom_reward_post_process_func = (

@@ -21,7 +21,10 @@ forward pass serves many samples. Randomness per request comes from ``(seed, rol
 purpose, input_ids, sampling_seed, occurrence)`` (slime sends ``sampling_seed`` =
 ``rollout_seed + index in group`` under ``--sglang-enable-deterministic-inference``, which the
 tiny trainer sets), never from arrival order, so a resumed run regenerates the same tokens.
-aiohttp (slime's own dependency), on slime's rollout event loop (or a loop of its own).
+Every route is one coroutine, :meth:`TinySGLangServer.handle`; aiohttp (slime's own dependency)
+serves it on 127.0.0.1 (for plugins with their own HTTP client, e.g. the HTTP env plugin), and
+slime's ``http_utils`` client reaches it in-process (``slime_upstream.InProcessClient``: no socket
+per sample). Both run on slime's rollout event loop (or a loop of its own).
 """
 from __future__ import annotations
 
@@ -147,41 +150,42 @@ class TinySGLangServer:
                 fut.set_result(None)
         self._pending = []
 
-    # --- HTTP ---
+    # --- routes: served over HTTP (aiohttp) and in-process (slime_upstream.InProcessClient) ---
+    async def handle(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """Answer one request: ``(HTTP status, JSON-able body)``. ``body`` is the decoded JSON."""
+        if method == "POST" and path == "/generate":
+            try:
+                return 200, await self._generate(body if isinstance(body, dict) else {})
+            except Exception as e:  # an SGLang-style error body
+                return 400, {"error": {"message": f"{type(e).__name__}: {e}"}}
+        if method == "POST" and path == "/abort_request":
+            self._abort_all()
+            return 200, {}
+        if method == "GET" and path == "/v1/loads":
+            return 200, {"num_reqs": len(self._pending)}
+        if method == "GET" and path == "/workers":
+            return 200, {"workers": [{"url": self.url}]}
+        if method == "GET" and path in ("/health", "/health_generate"):
+            return 200, {}
+        if method == "GET" and path == "/get_model_info":
+            return 200, {"model_path": "trainstack-tiny", "is_generation": True}
+        return 404, {"error": {"message": f"{method} {path}: not served by the tiny SGLang server"}}
+
     def _app(self):
         from aiohttp import web
 
-        async def generate(request):
-            try:
-                body = await request.json()
-                return web.json_response(await self._generate(body))
-            except Exception as e:  # an SGLang-style error body
-                return web.json_response({"error": {"message": f"{type(e).__name__}: {e}"}}, status=400)
-
-        async def abort(request):
-            self._abort_all()
-            return web.json_response({})
-
-        async def loads(request):
-            return web.json_response({"num_reqs": len(self._pending)})
-
-        async def workers(request):
-            return web.json_response({"workers": [{"url": self.url}]})
-
-        async def health(request):
-            return web.json_response({})
-
-        async def model_info(request):
-            return web.json_response({"model_path": "trainstack-tiny", "is_generation": True})
+        async def serve(request):
+            body = None
+            if request.method == "POST":
+                try:
+                    body = await request.json()
+                except Exception as e:
+                    return web.json_response({"error": {"message": f"{type(e).__name__}: {e}"}}, status=400)
+            status, out = await self.handle(request.method, request.path, body)
+            return web.json_response(out, status=status)
 
         app = web.Application(client_max_size=64 << 20)
-        app.router.add_post("/generate", generate)
-        app.router.add_post("/abort_request", abort)
-        app.router.add_get("/v1/loads", loads)
-        app.router.add_get("/workers", workers)
-        app.router.add_get("/health", health)
-        app.router.add_get("/health_generate", health)
-        app.router.add_get("/get_model_info", model_info)
+        app.router.add_route("*", "/{tail:.*}", serve)
         return app
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> tuple[str, int]:
