@@ -15,6 +15,7 @@ submodule beside the ``trainstack`` package (a source checkout).
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import os
@@ -87,9 +88,10 @@ def install_sglang_standins() -> list[str]:
 
 
 # third-party packages slime's rollout modules import at module level but use only off the CPU path
-# (slime.utils.data: `import ray` for `ray.get` in the trainer-side data fetch). Their own code runs on
+# (slime.utils.data: `import ray` for `ray.get` in the trainer-side data fetch; slime.observability:
+# `import wandb` for its own tracking, which the tiny metrics sinks replace). Their own code runs on
 # first use of a name they define (see _Deferred), not at import: the real package, only later.
-DEFERRED_IMPORTS = ("ray",)
+DEFERRED_IMPORTS = ("ray", "wandb")
 
 
 class _Deferred(types.ModuleType):
@@ -234,11 +236,27 @@ def _import_processing_utils() -> None:
 MANAGER_METHODS = ("_post_process_rewards", "_convert_samples_to_train_data")
 
 
+def _parse(path: Path) -> ast.Module:
+    """``ast.parse`` with the collector off: on CPython 3.11 a collection inside the AST constructor can
+    run a finalizer that builds an AST itself (asyncio's "Task exception was never retrieved" log
+    formats a traceback, which parses source lines), and the shared constructor state then fails the
+    outer parse with ``SystemError: AST constructor recursion depth mismatch`` (cpython#106905)."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    finally:
+        if was:
+            gc.enable()
+
+
 def manager_source(root: Path | None = None) -> tuple[Path, ast.Module, ast.ClassDef, dict[str, tuple[str, str | None]]]:
     """(slime/ray/rollout.py, its AST, the RolloutManager class node, {module-level imported name:
     (module, attribute or None for `import module`)})."""
     path = (root or slime_root()) / "slime" / "ray" / "rollout.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _parse(path)
     imports: dict[str, tuple[str, str | None]] = {}
     cls = None
     for node in tree.body:
@@ -276,8 +294,14 @@ def rollout_manager_class(root: Path | None = None) -> type:
     ``slime/ray/rollout.py`` (same source, same file and line numbers in tracebacks) with the
     module-level names they use imported from where slime's module imports them. The rest of the
     module (Ray actor, SGLang engines, tracking) is not loaded. A method that reads a name the module
-    does not import (a module-level helper of a newer slime) is refused here, naming it."""
-    path, _, cls, imports = manager_source(root)
+    does not import (a module-level helper of a newer slime) is refused here, naming it. Built once
+    per process and checkout."""
+    return _manager_class(str((root or slime_root()).resolve()))
+
+
+@functools.lru_cache(maxsize=None)
+def _manager_class(root: str) -> type:
+    path, _, cls, imports = manager_source(Path(root))
     methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in MANAGER_METHODS]
     missing = set(MANAGER_METHODS) - {m.name for m in methods}
     names = manager_globals(methods)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gc
 import os
 import random
 import signal
@@ -260,6 +261,10 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
     if args.resume:
         rollouts.load(start - 1)
     metrics = Metrics(args, first_rollout=start)
+    # everything imported and built so far lives for the whole run: out of the collector's sight, so a
+    # full collection (slime's rollout makes plenty of garbage) does not walk torch's, transformers' and
+    # slime's module objects each time (0.1-0.2 s per collection on 2 cores)
+    gc.freeze()
     eval_str = "-"
     stop = _StopRequest()
     try:
