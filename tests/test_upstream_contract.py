@@ -380,12 +380,10 @@ def test_signatures_the_tiny_backend_calls(path, signature):
     assert got == signature, f"slime's {path} takes {got}; trainstack/tiny calls it as {signature}"
 
 
-def test_rollout_manager_is_a_ray_actor_with_the_attributes_tiny_sets():
-    """tiny reaches the class via RolloutManager.__ray_metadata__.modified_class (no Ray) and sets only
-    the attributes _convert_samples_to_train_data / _post_process_rewards read."""
-    cls = symbol("slime.ray.rollout.RolloutManager", "tiny converts samples with its _convert_samples_to_train_data")
-    assert any("ray.remote" in ast.unparse(d) for d in cls.decorator_list), \
-        "slime.ray.rollout.RolloutManager is no longer a @ray.remote class (tiny reads __ray_metadata__.modified_class)"
+def test_rollout_manager_methods_tiny_compiles_read_only_the_attributes_tiny_sets():
+    """tiny compiles RolloutManager's two conversion methods from slime's source (no Ray) and sets only the
+    attributes _convert_samples_to_train_data / _post_process_rewards read."""
+    symbol("slime.ray.rollout.RolloutManager", "tiny converts samples with its _convert_samples_to_train_data")
     read = set()
     for name in ("_convert_samples_to_train_data", "_post_process_rewards"):
         fn = member(f"slime.ray.rollout.RolloutManager.{name}", "tiny's train data")
@@ -395,6 +393,67 @@ def test_rollout_manager_is_a_ray_actor_with_the_attributes_tiny_sets():
     assert read - called <= {"args", "custom_reward_post_process_func", "custom_convert_samples_to_train_data_func"}, \
         f"RolloutManager's conversion reads self.{sorted(read - called)}; trainstack/tiny/rollout.py sets only args " \
         "and the two custom function attributes"
+
+
+# sha256 of ast.dump (no line numbers) of each method, at the pinned commit: a slime bump that changes one
+# fails here, naming it, so whoever bumps re-reads it (the names it uses, what tiny trains on) and re-pins
+MANAGER_METHOD_HASHES = {"_post_process_rewards": "a5cbc88039e15e9f", "_convert_samples_to_train_data": "7233795ec97ba0f2"}
+
+
+def test_the_rollout_manager_methods_tiny_runs_are_slimes_own():
+    import hashlib
+
+    from trainstack.tiny.slime_upstream import MANAGER_METHODS, manager_globals, manager_source
+
+    path, _, cls, imports = manager_source(SLIME)
+    nodes = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in MANAGER_METHODS}
+    got = {name: hashlib.sha256(ast.dump(n).encode()).hexdigest()[:16] for name, n in nodes.items()}
+    assert got == MANAGER_METHOD_HASHES, (
+        f"slime's RolloutManager methods {sorted(k for k in got if got[k] != MANAGER_METHOD_HASHES.get(k))} changed: "
+        "check the names they use (trainstack/tiny/slime_upstream.rollout_manager_class imports them from where "
+        "slime/ray/rollout.py does) and the train data keys trainstack/tiny/loss.py reads, then re-pin "
+        f"MANAGER_METHOD_HASHES = {got}")
+    names = manager_globals(list(nodes.values()))
+    assert names <= set(imports), f"RolloutManager's conversion reads {sorted(names - set(imports))}, which " \
+                                  "slime/ray/rollout.py does not import (tiny compiles the methods alone)"
+
+
+@pytest.mark.slow
+def test_the_compiled_conversion_equals_the_ray_actors_own(tmp_path):
+    """Same samples through tiny's compiled methods and through slime.ray.rollout's class (Ray imported)."""
+    import argparse
+
+    from trainstack.tiny import slime_upstream
+
+    slime_upstream.load(SLIME)
+    from slime.ray.rollout import RolloutManager
+    from slime.utils.types import Sample
+
+    def samples():
+        out = []
+        for i in range(8):
+            s = Sample(index=i, tokens=[4, 5, 6 + i % 3], response_length=1 + i % 2, reward=float(i % 3),
+                       status=Sample.Status.COMPLETED if i % 4 else Sample.Status.TRUNCATED,
+                       rollout_log_probs=[-0.5] * (1 + i % 2))
+            s.loss_mask = None if i % 2 else [1]
+            s.remove_sample = i == 5
+            out.append(s)
+        return out
+
+    args = argparse.Namespace(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True,
+                              n_samples_per_prompt=4, rollout_batch_size=2, rollout_top_p=1.0, reward_key=None,
+                              eval_reward_key=None)
+    built = slime_upstream.rollout_manager_class(SLIME)
+    path, _, node, _ = slime_upstream.manager_source(SLIME)
+    for fn in (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in slime_upstream.MANAGER_METHODS):
+        code = getattr(built, fn.name).__code__
+        assert (code.co_filename, code.co_firstlineno) == (str(path), fn.lineno)  # tracebacks point into slime
+    results = []
+    for cls in (RolloutManager.__ray_metadata__.modified_class, built):
+        m = cls.__new__(cls)
+        m.args, m.custom_reward_post_process_func, m.custom_convert_samples_to_train_data_func = args, None, None
+        results.append(m._convert_samples_to_train_data(samples()))
+    assert results[0] == results[1] and results[0]["rewards"] != results[0]["raw_reward"]
 
 
 def test_train_data_keys_the_tiny_trainer_reads():
@@ -412,7 +471,7 @@ def test_data_source_state_the_tiny_checkpoint_saves():
 
 
 def test_http_client_methods_the_aiohttp_stand_in_offers():
-    from trainstack.tiny.slime_upstream import AiohttpClient, _Response
+    from trainstack.tiny.slime_upstream import AiohttpClient, InProcessClient, _Response
 
     assert any(isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_http_client"
                for n in module("slime.utils.http_utils").body), "slime.utils.http_utils._http_client is gone"
@@ -421,9 +480,9 @@ def test_http_client_methods_the_aiohttp_stand_in_offers():
         used = {(n.value.id, n.attr) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
                 and isinstance(n.value, ast.Name) and n.value.id in obj_names}
         for owner, attr in used:
-            target = AiohttpClient if owner in ("client", "_http_client") else _Response
-            assert hasattr(target, attr), f"slime.utils.http_utils.{fn_name} uses {owner}.{attr}; " \
-                                          f"trainstack/tiny/slime_upstream.{target.__name__} lacks it"
+            for target in ((AiohttpClient, InProcessClient) if owner in ("client", "_http_client") else (_Response,)):
+                assert hasattr(target, attr), f"slime.utils.http_utils.{fn_name} uses {owner}.{attr}; " \
+                                              f"trainstack/tiny/slime_upstream.{target.__name__} lacks it"
 
 
 def test_what_slime_sends_and_reads_the_tiny_server_answers():

@@ -304,11 +304,36 @@ def test_all_failed_run_stops_failed(tmp_path, data_dir, plugins):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+# run the trainer and report, at exit, which heavy modules it executed (slime_upstream, optim: none of these)
+REPORT_MODULES = """
+import atexit, json, runpy, sys
+def report():
+    ray = sys.modules.get("ray")
+    print("MODULES " + json.dumps({
+        "ray": "ray._raylet" in sys.modules, "wandb": "wandb.sdk" in sys.modules,
+        "torch._dynamo": "torch._dynamo" in sys.modules, "slime.ray.rollout": "slime.ray.rollout" in sys.modules,
+        "transformers.processing_utils": "transformers.processing_utils" in sys.modules,
+        "ray deferred": type(ray).__name__ == "_Deferred"}), file=sys.stderr, flush=True)
+atexit.register(report)
+sys.argv = ["train"] + sys.argv[1:]
+runpy.run_module("trainstack.tiny.train", run_name="__main__")
+"""
+
+
 @pytest.mark.slow
 def test_run_log_names_slime_functions_and_eval_cadence(tmp_path, data_dir):
+    import subprocess
+    import sys
+
+    from tiny_helpers import env_for
+
     m = tmp_path / "m.jsonl"
-    r = run_tiny(_argv(data_dir, num_rollout=3, eval_interval=2), cwd=tmp_path, metrics_file=m)
+    r = subprocess.run([sys.executable, "-c", REPORT_MODULES, *_argv(data_dir, num_rollout=3, eval_interval=2)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env_for(m))
     assert r.returncode == 0, r.stderr[-3000:]
+    modules = json.loads(next(ln for ln in r.stderr.splitlines() if ln.startswith("MODULES "))[8:])
+    assert modules == {"ray": False, "wandb": False, "torch._dynamo": False, "slime.ray.rollout": False,
+                       "transformers.processing_utils": False, "ray deferred": True}  # seconds of start-up each
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("[tiny] rollout: slime "))
     assert "slime 624b824a" in line and "slime.rollout.sglang_rollout.generate_rollout" in line
     assert "RolloutManager._convert_samples_to_train_data" in line

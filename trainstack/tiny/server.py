@@ -47,6 +47,7 @@ class TinySGLangServer:
         self.window_s = window_s
         self.max_batch = max_batch
         self.requests = 0  # /generate calls served
+        self.http_requests = 0  # requests that came over a socket (the rest in-process)
         self.batches = 0  # forward batches run
         self.weight_version = "0"
         self._scope: tuple = ()
@@ -175,6 +176,7 @@ class TinySGLangServer:
         from aiohttp import web
 
         async def serve(request):
+            self.http_requests += 1
             body = None
             if request.method == "POST":
                 try:

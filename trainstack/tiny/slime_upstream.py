@@ -22,6 +22,7 @@ import os
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 ROOT_ENV = "TRAINSTACK_SLIME_ROOT"
 
@@ -102,11 +103,11 @@ class _Deferred(types.ModuleType):
     same but also triggers on ``__spec__``, which every ``import`` of an imported module reads on 3.11."""
 
     def __getattr__(self, attr: str):
-        spec = self.__spec__
-        self.__class__ = types.ModuleType
+        spec: Any = self.__spec__
+        self.__class__ = types.ModuleType  # type: ignore[assignment]
         if spec.submodule_search_locations is not None:
             self.__path__ = spec.submodule_search_locations
-        spec.loader.exec_module(self)  # type: ignore[union-attr]
+        spec.loader.exec_module(self)
         return getattr(self, attr)
 
 
@@ -315,7 +316,7 @@ def _manager_class(root: str) -> type:
         mod, attr = imports[name]
         m = importlib.import_module(mod)
         ns[name] = m if attr is None else getattr(m, attr)
-    body = ast.Module(body=[ast.ClassDef(name="RolloutManager", bases=[], keywords=[], body=methods,
+    body = ast.Module(body=[ast.ClassDef(name="RolloutManager", bases=[], keywords=[], body=list[ast.stmt](methods),
                                          decorator_list=[], lineno=cls.lineno, col_offset=0,
                                          end_lineno=cls.end_lineno, end_col_offset=0)], type_ignores=[])
     exec(compile(ast.fix_missing_locations(body), str(path), "exec"), ns)
