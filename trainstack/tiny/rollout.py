@@ -9,8 +9,10 @@ slime's ``generate`` or the ``--custom-generate-function-path`` plugin, the samp
 reward hub (``async_rm`` / ``batched_async_rm``), dynamic filters and sample filters; then
 ``RolloutManager._convert_samples_to_train_data`` (reward post-processing / normalisation,
 loss masks, log-probs). Eval is ``generate_rollout(..., evaluation=True)`` (slime's
-``eval_rollout``). All generation goes over HTTP to the tiny SGLang-compatible server
-(server.py). Only the training step is the tiny trainer's (train.py, loss.py).
+``eval_rollout``). All generation goes to the tiny SGLang-compatible server (server.py):
+slime's own ``http_utils.post`` reaches it in-process (slime_upstream.InProcessClient, JSON
+bytes both ways, no socket); plugins with their own HTTP client reach it over HTTP on 127.0.0.1.
+Only the training step is the tiny trainer's (train.py, loss.py).
 
 What is substituted on CPU, and why, is in docs/tiny_trainer.md ("slime in the loop").
 """

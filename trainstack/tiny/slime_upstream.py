@@ -9,6 +9,12 @@ no CPU wheel). When ``sglang`` is not importable, :func:`load` registers stand-i
 exactly those names (``SGLANG_STANDINS``); nothing that runs on the rollout path calls them, and
 the upstream-contract test checks the list against slime's imports.
 
+Below slime's code, for start-up and per-sample speed (docs/tiny_trainer.md, "slime in the loop"):
+slime's HTTP client reaches the tiny server in-process (:class:`InProcessClient`); ``RolloutManager``'s
+conversion methods are compiled from slime's source without importing Ray (:func:`rollout_manager_class`);
+transformers' processor names (:data:`LAZY_TRANSFORMERS`) and ``ray``/``wandb`` (:data:`DEFERRED_IMPORTS`)
+are resolved on first use.
+
 Where slime is found: ``$TRAINSTACK_SLIME_ROOT`` (docker/Dockerfile sets it), else the ``slime/``
 submodule beside the ``trainstack`` package (a source checkout).
 """
