@@ -56,7 +56,7 @@ def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict
     from trainstack.tiny.arithmetic import is_correct, score
     from trainstack.tiny.checkpoint import load_checkpoint
     from trainstack.tiny.validate import main_parse
-    from trainstack.tiny.generate import make_generator, sample
+    from trainstack.tiny.generate import sample
     from trainstack.tiny.model import ModelConfig, build_model, setup_determinism
     from trainstack.tiny.tokenizer import CharTokenizer
 
@@ -71,7 +71,7 @@ def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict
     for name, temp, k in (("sampled", args.rollout_temperature, n), ("greedy", 0.0, 1)):
         gens = sample(model, [tok.encode(r["prompt"]) for r in rows for _ in range(k)],
                       max_new_tokens=args.rollout_max_response_len, temperature=temp,
-                      generator=make_generator(args.seed, "bench-exact", name))
+                      seed=(args.seed, "bench-exact", name))
         labels = [r["label"] for r in rows for _ in range(k)]
         resp = [tok.decode(g.output_ids) for g in gens]
         out[f"{name}_exact_match"] = round(sum(is_correct(x, y) for x, y in zip(resp, labels)) / len(resp), 4)

@@ -36,7 +36,7 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run_py(*overrides: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None):
+def run_py(*overrides: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None):
     """The real `python run.py ...` in a subprocess (what users type)."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run([sys.executable, str(ROOT / "run.py"), *overrides], cwd=cwd or ROOT,

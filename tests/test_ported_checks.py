@@ -10,6 +10,7 @@ from trainstack.pipeline import build_from_overrides
 
 RL = ["experiment=qwen3-4B-grpo-dapo"]
 SFT = ["experiment=qwen3-4B-base-sft"]
+GEN = "trainstack_plugins.http_env.generate.generate"
 
 CASES = [
     # (name, bad overrides, key the error names, fixed overrides)
@@ -72,6 +73,13 @@ CASES = [
     ("deterministic mode without NCCL_ALGO",
      ["experiment=qwen2.5-0.5B-reproducibility", "runtime_env.env_vars.NCCL_ALGO=Auto"],
      "runtime_env.env_vars.NCCL_ALGO", ["experiment=qwen2.5-0.5B-reproducibility", "runtime_env.env_vars.NCCL_ALGO=Tree"]),
+    # slime ray/rollout.py:718-738: a custom generate function fills neither the top-p ids nor the routed experts
+    ("top-p below 1 with a custom generate function", [*RL, f"args.custom_generate_function_path={GEN}",
+                                                       "args.rollout_top_p=0.9"], "args.rollout_top_p",
+     [*RL, "args.rollout_top_p=0.9"]),
+    ("routing replay with a custom generate function", [*RL, f"args.custom_generate_function_path={GEN}",
+                                                        "args.use_rollout_routing_replay=true"],
+     "args.use_rollout_routing_replay", [*RL, f"args.custom_generate_function_path={GEN}"]),
     ("CUDA_DEVICE_MAX_CONNECTIONS overridden with TP", [*RL, "runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8"],
      "runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS", [*RL, "runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"]),
 ]

@@ -335,3 +335,209 @@ def test_args_the_http_env_plugin_reads_are_slime_dests():
     for dest in ("sglang_router_ip", "sglang_router_port", "hf_checkpoint", "custom_config_path",
                  "custom_generate_function_path"):
         assert dest in table, f"{dest} is not a slime dest (plugins/http_env/generate.py reads args.{dest})"
+
+
+# --- the tiny backend runs slime's rollout code (trainstack/tiny/rollout.py, server.py, slime_upstream.py) ---
+
+
+def member(path: str, why: str) -> ast.AST:
+    """`pkg.module.Class.method` (or a plain top-level name) in slime's source."""
+    head, _, name = path.rpartition(".")
+    mod, _, cls = head.rpartition(".")
+    if cls[:1].isupper():
+        node = symbol(f"{mod}.{cls}", why)
+        found = next((n for n in getattr(node, "body", []) if getattr(n, "name", None) == name), None)
+        assert found is not None, f"slime symbol {path} is missing ({mod}.{cls} defines no {name!r}); " \
+                                  f"trainstack relies on it: {why}"
+        return found
+    return symbol(path, why)
+
+
+@pytest.mark.parametrize("path", __import__("trainstack.tiny.rollout", fromlist=["x"]).SLIME_FUNCTIONS)
+def test_the_slime_functions_the_tiny_run_log_names_exist(path):
+    member(path, "the tiny backend calls it on every rollout (trainstack/tiny/rollout.py SLIME_FUNCTIONS)")
+
+
+@pytest.mark.parametrize("path,signature", [
+    ("slime.rollout.sglang_rollout.generate_rollout", ["args", "rollout_id", "data_source", "evaluation"]),
+    ("slime.rollout.sglang_rollout.generate_and_rm_group", ["args", "group", "sampling_params", "evaluation"]),
+    ("slime.rollout.base_types.call_rollout_fn", ["fn", "evaluation", "*args", "**kwargs"]),
+    ("slime.ray.rollout.RolloutManager._convert_samples_to_train_data", ["self", "samples"]),
+    ("slime.ray.rollout.RolloutManager._post_process_rewards", ["self", "samples"]),
+    ("slime.rollout.data_source.RolloutDataSource.load", ["self", "rollout_id"]),
+    ("slime.rollout.sample_hooks.set_current_rollout_id", ["rollout_id"]),
+    ("slime.observability.rollout_data_utils.validate_rollout_id_annotated", ["node", "depth"]),
+    ("slime.observability.rollout_metrics.compute_metrics_from_samples", ["args", "samples"]),
+    ("slime.utils.eval_config.build_eval_dataset_configs", ["args", "raw_config", "defaults"]),
+    ("slime.utils.misc.should_run_periodic_action", ["rollout_id", "interval", "num_rollout_per_epoch", "num_rollout"]),
+    ("slime.utils.http_utils.init_http_client", ["args"]),
+    ("slime.utils.http_utils.get_rollout_num_engines", ["args"]),
+    ("slime.utils.async_utils.get_async_loop", []),
+    ("slime.utils.misc.SingletonMeta.clear_instances", ["cls"]),
+])
+def test_signatures_the_tiny_backend_calls(path, signature):
+    got = params(member(path, "called by trainstack/tiny (rollout.py, train.py)"))
+    assert got == signature, f"slime's {path} takes {got}; trainstack/tiny calls it as {signature}"
+
+
+def test_rollout_manager_methods_tiny_compiles_read_only_the_attributes_tiny_sets():
+    """tiny compiles RolloutManager's two conversion methods from slime's source (no Ray) and sets only the
+    attributes _convert_samples_to_train_data / _post_process_rewards read."""
+    symbol("slime.ray.rollout.RolloutManager", "tiny converts samples with its _convert_samples_to_train_data")
+    read = set()
+    for name in ("_convert_samples_to_train_data", "_post_process_rewards"):
+        fn = member(f"slime.ray.rollout.RolloutManager.{name}", "tiny's train data")
+        read |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                 and n.value.id == "self"}
+    called = {"_post_process_rewards"}
+    assert read - called <= {"args", "custom_reward_post_process_func", "custom_convert_samples_to_train_data_func"}, \
+        f"RolloutManager's conversion reads self.{sorted(read - called)}; trainstack/tiny/rollout.py sets only args " \
+        "and the two custom function attributes"
+
+
+# sha256 of ast.dump (no line numbers) of each method, at the pinned commit: a slime bump that changes one
+# fails here, naming it, so whoever bumps re-reads it (the names it uses, what tiny trains on) and re-pins
+MANAGER_METHOD_HASHES = {"_post_process_rewards": "a5cbc88039e15e9f", "_convert_samples_to_train_data": "7233795ec97ba0f2"}
+
+
+def test_the_rollout_manager_methods_tiny_runs_are_slimes_own():
+    import hashlib
+
+    from trainstack.tiny.slime_upstream import MANAGER_METHODS, manager_globals, manager_source
+
+    path, _, cls, imports = manager_source(SLIME)
+    nodes = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in MANAGER_METHODS}
+    got = {name: hashlib.sha256(ast.dump(n).encode()).hexdigest()[:16] for name, n in nodes.items()}
+    assert got == MANAGER_METHOD_HASHES, (
+        f"slime's RolloutManager methods {sorted(k for k in got if got[k] != MANAGER_METHOD_HASHES.get(k))} changed: "
+        "check the names they use (trainstack/tiny/slime_upstream.rollout_manager_class imports them from where "
+        "slime/ray/rollout.py does) and the train data keys trainstack/tiny/loss.py reads, then re-pin "
+        f"MANAGER_METHOD_HASHES = {got}")
+    names = manager_globals(list(nodes.values()))
+    assert names <= set(imports), f"RolloutManager's conversion reads {sorted(names - set(imports))}, which " \
+                                  "slime/ray/rollout.py does not import (tiny compiles the methods alone)"
+
+
+@pytest.mark.slow
+def test_the_compiled_conversion_equals_the_ray_actors_own(tmp_path):
+    """Same samples through tiny's compiled methods and through slime.ray.rollout's class (Ray imported)."""
+    import argparse
+
+    from trainstack.tiny import slime_upstream
+
+    slime_upstream.load(SLIME)
+    from slime.ray.rollout import RolloutManager
+    from slime.utils.types import Sample
+
+    def samples():
+        out = []
+        for i in range(8):
+            s = Sample(index=i, tokens=[4, 5, 6 + i % 3], response_length=1 + i % 2, reward=float(i % 3),
+                       status=Sample.Status.COMPLETED if i % 4 else Sample.Status.TRUNCATED,
+                       rollout_log_probs=[-0.5] * (1 + i % 2))
+            s.loss_mask = None if i % 2 else [1]
+            s.remove_sample = i == 5
+            out.append(s)
+        return out
+
+    args = argparse.Namespace(advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=True,
+                              n_samples_per_prompt=4, rollout_batch_size=2, rollout_top_p=1.0, reward_key=None,
+                              eval_reward_key=None)
+    built = slime_upstream.rollout_manager_class(SLIME)
+    path, _, node, _ = slime_upstream.manager_source(SLIME)
+    for fn in (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name in slime_upstream.MANAGER_METHODS):
+        code = getattr(built, fn.name).__code__
+        assert (code.co_filename, code.co_firstlineno) == (str(path), fn.lineno)  # tracebacks point into slime
+    results = []
+    for cls in (RolloutManager.__ray_metadata__.modified_class, built):
+        m = cls.__new__(cls)
+        m.args, m.custom_reward_post_process_func, m.custom_convert_samples_to_train_data_func = args, None, None
+        results.append(m._convert_samples_to_train_data(samples()))
+    assert results[0] == results[1] and results[0]["rewards"] != results[0]["raw_reward"]
+
+
+def test_train_data_keys_the_tiny_trainer_reads():
+    fn = member("slime.ray.rollout.RolloutManager._convert_samples_to_train_data", "tiny trains on its output")
+    keys = strings(fn)
+    want = {"tokens", "response_lengths", "rewards", "raw_reward", "truncated", "loss_masks", "rollout_log_probs"}
+    assert want <= keys, f"slime's train data has no {sorted(want - keys)} (trainstack/tiny/loss.py make_batch, train.py)"
+
+
+def test_data_source_state_the_tiny_checkpoint_saves():
+    fn = member("slime.rollout.data_source.RolloutDataSource.save", "tiny saves the same cursor with each checkpoint")
+    keys = strings(fn)
+    want = {"sample_offset", "epoch_id", "sample_group_index", "sample_index", "metadata"}
+    assert want <= keys, f"slime's data cursor has no {sorted(want - keys)} (trainstack/tiny/rollout.py save_state)"
+
+
+def test_http_client_methods_the_aiohttp_stand_in_offers():
+    from trainstack.tiny.slime_upstream import AiohttpClient, InProcessClient, _Response
+
+    assert any(isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "_http_client"
+               for n in module("slime.utils.http_utils").body), "slime.utils.http_utils._http_client is gone"
+    for fn_name, obj_names in (("_post", ("client", "response")), ("get", ("_http_client", "response"))):
+        fn = symbol(f"slime.utils.http_utils.{fn_name}", "tiny swaps the httpx pool for AiohttpClient")
+        used = {(n.value.id, n.attr) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name) and n.value.id in obj_names}
+        for owner, attr in used:
+            for target in ((AiohttpClient, InProcessClient) if owner in ("client", "_http_client") else (_Response,)):
+                assert hasattr(target, attr), f"slime.utils.http_utils.{fn_name} uses {owner}.{attr}; " \
+                                              f"trainstack/tiny/slime_upstream.{target.__name__} lacks it"
+
+
+def test_what_slime_sends_and_reads_the_tiny_server_answers():
+    src = strings(module("slime.rollout.sglang_rollout")) | strings(module("slime.backends.sglang_utils.server_control"))
+    for s in ("/generate", "output_token_logprobs", "meta_info", "return_logprob", "input_ids", "sampling_seed",
+              "return_top_p_token_ids", "/workers", "/abort_request", "/v1/loads?include=core"):
+        assert any(s in x for x in src), f"slime's rollout no longer uses {s!r} (trainstack/tiny/server.py answers it)"
+    meta = strings(member("slime.utils.types.Sample._apply_meta_info", "status from finish_reason"))
+    assert {"finish_reason", "type", "length", "abort", "stop"} <= meta, "Sample._apply_meta_info reads other keys"
+
+
+def _module_imports(dotted: str) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """(slime modules `dotted` imports at module level, {sglang module: names} it imports at module level)."""
+    tree = module(dotted)
+    is_pkg = SLIME.joinpath(*dotted.split("."), "__init__.py").is_file()
+    base = dotted.split(".") if is_pkg else dotted.split(".")[:-1]
+    slime_mods, sglang = [], {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(base[:len(base) - node.level + 1] + ([mod] if mod else []))
+            if mod.split(".")[0] in ("sglang", "sglang_router"):
+                sglang[mod] = tuple(sorted(a.name for a in node.names))
+            elif mod.startswith("slime"):
+                slime_mods.append(mod)
+                slime_mods += [f"{mod}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in ("sglang", "sglang_router"):
+                    sglang[a.name] = ()
+                elif a.name.startswith("slime"):
+                    slime_mods.append(a.name)
+    return slime_mods, sglang
+
+
+def test_sglang_standins_are_exactly_slimes_module_level_sglang_imports():
+    """slime_upstream.SGLANG_STANDINS stands in for what the rollout path imports from SGLang at module level."""
+    from trainstack.tiny.slime_upstream import SGLANG_STANDINS
+
+    roots = ["slime.rollout.sglang_rollout", "slime.ray.rollout", "slime.rollout.data_source",
+             "slime.utils.eval_config", "slime.observability.rollout_metrics", "slime.rollout.sample_hooks"]
+    seen, todo, found = set(), list(roots), {}
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        base = SLIME.joinpath(*mod.split("."))
+        if not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()):
+            continue  # a name imported from a module, not a module
+        mods, sg = _module_imports(mod)
+        todo += mods
+        for k, v in sg.items():
+            found[k] = tuple(sorted(set(found.get(k, ())) | set(v)))
+    declared = {k: tuple(sorted(v)) for k, v in SGLANG_STANDINS.items() if v}
+    assert declared == found, (f"slime's rollout path imports {found} from SGLang at module level; "
+                               f"trainstack/tiny/slime_upstream.SGLANG_STANDINS stands in for {declared}")

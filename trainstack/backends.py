@@ -28,6 +28,12 @@ TINY_CAPABILITIES = Capabilities(
     max_params=50_000_000,
 )
 
+# Exit codes a trainer uses for a reason of its own; the launcher records the reason in status.json.
+EXIT_REASONS: dict[int, str] = {
+    9: "stopped: too many failed or aborted samples (rollout/failed_frac above the threshold for N rollouts, "
+       "or every sample of the last rollout failed; docs/tiny_trainer.md, Failed samples)",
+}
+
 SLIME = Backend("slime", needs_ray=True)
 TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES)
 BACKENDS: dict[str, Backend] = {b.name: b for b in (SLIME, TINY)}

@@ -111,6 +111,7 @@ class CommanderFailure(RuntimeFailure):
 
 
 EXIT_CODES = {2: "bad input: nothing was launched or written", 3: "busy: another launch holds the run",
+              9: "the tiny trainer stopped itself: too many failed samples (docs/tiny_trainer.md)",
               EXIT_LAUNCHER: "a launcher failed at run time", SchedulerFailure.exit_code: "the scheduler failed",
               RayFailure.exit_code: "Ray failed", CommanderFailure.exit_code: "the Lium commander failed"}
 

@@ -288,8 +288,11 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
             rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
                          latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
             if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
+                from trainstack.backends import EXIT_REASONS
+
+                reason = EXIT_REASONS.get(code) if final == "failed" and code is not None else None
                 rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
-                                     exit_code=code)
+                                     exit_code=code, **({"error": reason} if reason else {}))
         except OSError as ex:
             if ex.errno not in STORAGE_ERRNOS:
                 raise

@@ -172,7 +172,7 @@ def test_arithmetic_files_deterministic(tmp_path):
 
 
 def test_import_is_light():
-    code = "import sys, trainstack, trainstack.tiny, trainstack.tiny.arithmetic, trainstack.tiny.sample, " \
+    code = "import sys, trainstack, trainstack.tiny, trainstack.tiny.arithmetic, " \
            "trainstack.tiny.checkpoint; print(any(m in sys.modules for m in ('torch', 'wandb', 'tensorboard')))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_for(), cwd=ROOT)
     assert r.stdout.strip() == "False", r.stderr

@@ -174,15 +174,19 @@ from trainstack.tiny.sample import Sample
 
 async def generate(args, sample, sampling_params):
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
-    body = {"input_ids": list(sample.tokens), "sampling_params": sampling_params, "return_logprob": True}
+    from trainstack.tiny.tokenizer import CharTokenizer
+    ids = list(sample.tokens) or CharTokenizer().encode(sample.prompt)
+    body = {"input_ids": ids, "sampling_params": sampling_params, "return_logprob": True}
     def post():
         req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
         return json.loads(urllib.request.urlopen(req).read())
     out = await asyncio.to_thread(post)
     meta = out["meta_info"]
-    sample.append_response_tokens(args, out["output_ids"], [x[0] for x in meta["output_token_logprobs"]],
-                                  text=out["text"])
-    sample.status = Sample.Status.TRUNCATED if meta["finish_reason"]["type"] == "length" else Sample.Status.COMPLETED
+    if not sample.tokens:  # slime's Dataset leaves the prompt untokenised; slime's generate does this
+        sample.tokens = list(body["input_ids"])
+    # slime's helper: tokens/log-probs keyword-only; meta_info sets the status from finish_reason
+    sample.append_response_tokens(args, tokens=out["output_ids"], log_probs=[x[0] for x in meta["output_token_logprobs"]],
+                                  meta_info=meta, text=out["text"])
     sample.metadata["via"] = "http"
     return sample
 

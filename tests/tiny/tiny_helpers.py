@@ -38,7 +38,7 @@ def env_for(metrics_file: Path | None = None, **extra) -> dict:
     return env
 
 
-def run_tiny(argv: list[str], *, cwd: Path, metrics_file: Path | None = None, timeout: float = 300, **env):
+def run_tiny(argv: list[str], *, cwd: Path, metrics_file: Path | None = None, timeout: float = 600, **env):
     return subprocess.run([sys.executable, "-m", "trainstack.tiny.train", *argv], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=env_for(metrics_file, **env))
 

@@ -16,7 +16,13 @@ def preflight(run: Any, cmd: Any, made_by_data_hook: Callable[[str], bool]) -> l
     writes at launch, and a settings file trainstack writes at launch, are trusted to appear."""
     if run.cluster.backend != "tiny":
         return []
-    from trainstack.errors import ConfigErrors
+    from trainstack.errors import ConfigError, ConfigErrors
+
+    if getattr(run, "entrypoint", "train.py") == "train_async.py":  # the tiny loop is train.py's, never async
+        return [ConfigError("slime.entrypoint", "the tiny backend runs slime's synchronous loop (train.py) only; "
+                            "train_async.py (rollout of step i+1 overlapping training of step i) is not implemented",
+                            "drop slime.entrypoint (or set slime.entrypoint=train.py) for a tiny run",
+                            value="train_async.py")]
     from trainstack.tiny.cli import parse_argv
     from trainstack.tiny.validate import validate
 

@@ -1,5 +1,9 @@
 """Which slime flags the tiny backend honours, ignores, or refuses.
 
+The rollout side runs slime's own code (rollout.py), so every rollout-side flag slime's rollout
+code reads is honoured by that code (custom rollout/eval functions, data sources, filters,
+reward post-processing, the reward hub's --rm-type values, chat templates...).
+
 Principle: a flag slime accepts is always *parsed*. If the tiny backend implements its
 meaning it is SUPPORTED. If it only tunes hardware, parallelism, kernels, memory or the
 real serving stack (so dropping it changes speed, not what is learned) it is IGNORED and
@@ -39,12 +43,20 @@ SUPPORTED: frozenset[str] = frozenset(
     wandb_run_id wandb_random_suffix wandb_always_use_train_step
     use_tensorboard tb_project_name tb_experiment_name
     sglang_router_ip sglang_router_port over_sampling_batch_size train_backend
+    rollout_top_k rollout_max_prompt_len rollout_max_context_len rollout_skip_special_tokens rollout_seed
+    eval_top_k eval_max_prompt_len eval_max_context_len eval_min_new_tokens rewards_normalization
+    rollout_function_path eval_function_path data_source_path buffer_filter_path dynamic_sampling_filter_path
+    rollout_sample_filter_path rollout_all_samples_process_path custom_reward_post_process_path
+    custom_convert_samples_to_train_data_path group_rm rm_url apply_chat_template apply_chat_template_kwargs
+    tool_key sglang_server_concurrency log_reward_category
     """.split()
 )
 
+
+
+# slime's defaults the tiny backend's rollout runs (the upstream-contract test checks they exist)
 _DEFAULT_ROLLOUT_FN = "slime.rollout.sglang_rollout.generate_rollout"
 _DEFAULT_DATA_SOURCE = "slime.rollout.data_source.RolloutDataSourceWithBuffer"
-BUILTIN_RM_TYPES = ("math", "random")
 
 
 @dataclass(frozen=True)
@@ -78,30 +90,9 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("custom_tis_function_path", _set, "TIS functions are not implemented", "drop the flag"),
     Refusal("get_mismatch_metrics", _set, "needs TIS", "drop the flag"),
     Refusal("use_opd", _set, "on-policy distillation is not implemented", "drop the flag"),
-    Refusal("rollout_function_path", lambda v, a: v not in (None, _DEFAULT_ROLLOUT_FN),
-            "a replaced rollout function is not called by the tiny backend",
-            "use --custom-generate-function-path (called with slime's signature) instead"),
-    Refusal("eval_function_path", lambda v, a: v not in (None, _DEFAULT_ROLLOUT_FN),
-            "a replaced eval function is not called by the tiny backend", "drop the flag"),
-    Refusal("data_source_path", lambda v, a: v not in (None, _DEFAULT_DATA_SOURCE),
-            "custom data sources are not implemented", "drop the flag"),
-    Refusal("dynamic_sampling_filter_path", _set, "dynamic sampling is not implemented", "drop the flag"),
-    Refusal("over_sampling_batch_size", lambda v, a: v is not None and v != a.rollout_batch_size,
-            "over-sampling needs dynamic sampling, not implemented", "drop the flag"),
-    Refusal("buffer_filter_path", _set, "buffer filters are not implemented", "drop the flag"),
-    Refusal("rollout_sample_filter_path", _set, "sample filters are not implemented", "drop the flag"),
-    Refusal("rollout_all_samples_process_path", _set, "not implemented", "drop the flag"),
     Refusal("rollout_data_postprocess_path", _set, "not implemented", "drop the flag"),
     Refusal("custom_advantage_function_path", _set, "custom advantages are not implemented", "drop the flag"),
-    Refusal("custom_reward_post_process_path", _set, "custom reward post-processing is not implemented", "drop the flag"),
-    Refusal("custom_convert_samples_to_train_data_path", _set, "not implemented", "drop the flag"),
     Refusal("custom_pg_loss_reducer_function_path", _set, "custom loss reducers are not implemented", "drop the flag"),
-    Refusal("group_rm", _set, "group reward models are not implemented", "drop the flag"),
-    Refusal("rm_url", _set, "remote reward models are not called by the tiny backend", "use --custom-rm-path"),
-    Refusal("rm_type", lambda v, a: v is not None and v not in BUILTIN_RM_TYPES,
-            f"the tiny backend implements only --rm-type {' / '.join(BUILTIN_RM_TYPES)}",
-            "use --custom-rm-path trainstack.tiny.arithmetic.reward (or your own reward function)"),
-    Refusal("apply_chat_template", _set, "the tiny character tokenizer has no chat template", "drop the flag"),
     Refusal("multimodal_keys", _set, "multimodal inputs are not supported", "drop the flag"),
     Refusal("eval_config", _set, "--eval-config is not implemented", "use --eval-prompt-data NAME PATH"),
     Refusal("enable_mtp_training", _set, "multi-token prediction is not implemented", "drop the flag"),

@@ -1,25 +1,42 @@
 """Sampling from the tiny policy: the stand-in for SGLang's decoding.
 
-Prompts are batched by length (no padding inside a batch, so a sample's result depends
-only on its batch-mates, which are the same on every replay). Randomness comes from an
-explicit ``torch.Generator`` seeded per (seed, rollout, purpose), so a resumed run
-regenerates exactly the same rollouts.
+The tiny SGLang server (server.py) hands a micro-batch of ``/generate`` requests to
+:func:`decode`. Requests are decoded together when they share a prompt length and sampling
+settings (no padding). Each request draws its tokens from its own ``random.Random``, seeded
+from the request itself (see server.py), so a sample's tokens do not depend on which
+requests it was batched with or in which order they arrived; the forward pass always runs
+with at least two rows (a one-row batch is duplicated), because on CPU a one-row matmul can
+differ from the same row in a larger batch in the last bit.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
 
 import torch
 
-from .tokenizer import CharTokenizer
-
 
 @dataclass
-class Generation:
-    output_ids: list[int]
-    logprobs: list[float]  # log-prob of each sampled token under the temperature-scaled distribution
-    finish_reason: str  # "stop" | "length"
+class Request:
+    """One ``/generate`` call, reduced to what decoding needs."""
+
+    ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_ids: frozenset[int]
+    stop: tuple[str, ...]
+    rng: random.Random
+    want_top_p_ids: bool = False  # SGLang custom_params return_top_p_token_ids (slime sets it when top_p != 1)
+    # filled by decode
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "length"  # "stop" | "length" | "abort"
+    matched: int | str | None = None
+    top_p_ids: list[int] = field(default_factory=list)  # the nucleus kept at each step, concatenated
+    top_p_offsets: list[int] = field(default_factory=lambda: [0])
 
 
 def derive_seed(*parts) -> int:
@@ -28,11 +45,10 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
 
 
-def make_generator(*parts) -> torch.Generator:
-    return torch.Generator().manual_seed(derive_seed(*parts))
-
-
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+def _filter(logits: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
+    if top_k is not None and 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p >= 1.0:
         return logits
     sorted_logits, idx = logits.sort(dim=-1, descending=True)
@@ -43,49 +59,63 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
-           generator: torch.Generator, stop_token_ids: list[int] | None = None, stop: list[str] | None = None,
-           tokenizer: CharTokenizer | None = None) -> list[Generation]:
-    """Sample a continuation for every prompt; EOS (and stop ids) end it with the token kept."""
-    tok = tokenizer or CharTokenizer()
-    stop_ids = {tok.eos_token_id, *(stop_token_ids or [])}
-    stop = [s for s in (stop or []) if s]
+def decode(model, reqs: list[Request], context_len: int, decode_text) -> None:
+    """Fill every request's output (in place). ``decode_text(ids)`` is for string stops."""
     was_training = model.training
     model.eval()
-    results: list[Generation | None] = [None] * len(prompts)
-    by_len: dict[int, list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_len.setdefault(len(p), []).append(i)
-    max_pos = model.config.max_position_embeddings
-    for plen, idxs in by_len.items():
-        budget = max(0, min(max_new_tokens, max_pos - plen))
-        ids = torch.tensor([prompts[i] for i in idxs], dtype=torch.long).reshape(len(idxs), plen)
-        outs: list[list[int]] = [[] for _ in idxs]
-        lps: list[list[float]] = [[] for _ in idxs]
-        done: list[str | None] = [None] * len(idxs)
-        for _ in range(budget):
+    buckets: dict[tuple, list[Request]] = {}
+    for r in reqs:
+        buckets.setdefault((len(r.ids), r.temperature, r.top_p, r.top_k), []).append(r)
+    for (plen, temperature, top_p, top_k), rs in buckets.items():
+        budgets = [max(0, min(r.max_new_tokens, context_len - plen)) for r in rs]
+        rows = rs if len(rs) > 1 else rs * 2  # >= 2 rows: see the module docstring
+        ids = torch.tensor([r.ids for r in rows], dtype=torch.long).reshape(len(rows), plen)
+        done = [b == 0 for b in budgets]
+        for step in range(max(budgets, default=0)):
+            if all(done):
+                break
             logits = model(ids)[:, -1, :].float()
             if temperature <= 0:
-                nxt = logits.argmax(-1)
                 logp = logits.log_softmax(-1)
+                nxt = logits.argmax(-1)
             else:
                 scaled = logits / temperature
                 logp = scaled.log_softmax(-1)
-                probs = _top_p_filter(scaled, top_p).softmax(-1)
-                nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+                filtered = _filter(scaled, top_p, top_k)
+                cdf = filtered.softmax(-1).cumsum(-1)
+                draws = [r.rng.random() for r in rs]  # one draw per request and step, whatever the batch
+                u = torch.tensor(draws + draws[:len(rows) - len(rs)], dtype=cdf.dtype)[:, None] * cdf[:, -1:]
+                nxt = (cdf < u).sum(-1).clamp(max=cdf.shape[-1] - 1)
             chosen = logp.gather(1, nxt[:, None]).squeeze(1)
-            for j in range(len(idxs)):
-                if done[j] is not None:
+            kept = None if temperature <= 0 else filtered.isfinite()
+            for j, r in enumerate(rs):
+                if done[j]:
                     continue
                 t = int(nxt[j])
-                outs[j].append(t)
-                lps[j].append(float(chosen[j]))
-                if t in stop_ids or (stop and any(tok.decode(outs[j]).endswith(s) for s in stop)):
-                    done[j] = "stop"
-            if all(d is not None for d in done):
-                break
+                r.output_ids.append(t)
+                r.logprobs.append(float(chosen[j]))
+                if r.want_top_p_ids:
+                    ids_j = [t] if kept is None else kept[j].nonzero().flatten().tolist()
+                    r.top_p_ids.extend(ids_j)
+                    r.top_p_offsets.append(len(r.top_p_ids))
+                if t in r.stop_ids:
+                    r.finish_reason, r.matched, done[j] = "stop", t, True
+                elif r.stop and any(decode_text(r.output_ids).endswith(s) for s in r.stop):
+                    r.finish_reason, done[j] = "stop", True
+                    r.matched = next(s for s in r.stop if decode_text(r.output_ids).endswith(s))
+                elif step + 1 >= budgets[j]:
+                    done[j] = True
             ids = torch.cat([ids, nxt[:, None]], dim=1)
-        for j, i in enumerate(idxs):
-            results[i] = Generation(outs[j], lps[j], done[j] or "length")
     model.train(was_training)
-    return results  # type: ignore[return-value]
+
+
+def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
+           seed: object = 0, stop_ids: frozenset[int] = frozenset({1})) -> list[Request]:
+    """Direct sampling without the server (benchmarks): request ``i`` draws from ``(seed, i)``."""
+    from .tokenizer import CharTokenizer
+
+    tok = CharTokenizer()
+    reqs = [Request(list(p), max_new_tokens, temperature, top_p, -1, stop_ids, (),
+                    random.Random(derive_seed(seed, i))) for i, p in enumerate(prompts)]
+    decode(model, reqs, model.config.max_position_embeddings, tok.decode)
+    return reqs

@@ -1,6 +1,7 @@
 """Advantages and the policy loss with slime's formulas (slime/utils/ppo_utils.py semantics).
 
-grpo: group-normalised reward broadcast to tokens; gspo: same advantages, sequence-level
+Rewards arrive post-processed by slime's ``RolloutManager._post_process_rewards`` (group
+normalisation). grpo: the reward broadcast to tokens; gspo: same advantages, sequence-level
 ratio; reinforce_plus_plus: discounted token returns then whitening;
 reinforce_plus_plus_baseline: reward minus group mean, then whitening.
 Log-probs are taken from logits divided by --rollout-temperature, as slime does.
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .sample import Sample
 
 
 @dataclass
@@ -25,22 +25,25 @@ class Batch:
     rollout_logp: torch.Tensor | None  # [B, R]
 
 
-def make_batch(samples: list[Sample], pad_id: int = 0) -> Batch:
-    T = max(len(s.tokens) for s in samples)
-    R = max(max(s.response_length for s in samples), 1)
-    ids = torch.full((len(samples), T), pad_id, dtype=torch.long)
-    mask = torch.zeros(len(samples), R)
-    have_lp = all(s.rollout_log_probs is not None and len(s.rollout_log_probs) == s.response_length for s in samples)
-    rlp = torch.zeros(len(samples), R) if have_lp else None
-    for i, s in enumerate(samples):
-        ids[i, :len(s.tokens)] = torch.tensor(s.tokens, dtype=torch.long)
-        n = s.response_length
+def make_batch(td: dict, rows: slice | None = None, pad_id: int = 0) -> Batch:
+    """Rows of slime's train data (``RolloutManager._convert_samples_to_train_data``'s dict) as tensors."""
+    rows = rows or slice(None)
+    tokens, lens, masks = td["tokens"][rows], td["response_lengths"][rows], td["loss_masks"][rows]
+    lps = td.get("rollout_log_probs")
+    lps = lps[rows] if lps is not None else None
+    T = max(len(t) for t in tokens)
+    R = max(max(lens), 1)
+    ids = torch.full((len(tokens), T), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(tokens), R)
+    have_lp = lps is not None and all(lp is not None and len(lp) == n for lp, n in zip(lps, lens))
+    rlp = torch.zeros(len(tokens), R) if have_lp else None
+    for i, (t, n) in enumerate(zip(tokens, lens)):
+        ids[i, :len(t)] = torch.tensor(list(t), dtype=torch.long)
         if n:
-            mask[i, :n] = torch.tensor([float(m) for m in (s.loss_mask or [1] * n)])
-            if rlp is not None:
-                rlp[i, :n] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
-    return Batch(ids, [len(s.tokens) - s.response_length for s in samples], [s.response_length for s in samples],
-                 mask, rlp)
+            mask[i, :n] = torch.tensor([float(m) for m in masks[i]])
+            if rlp is not None and lps is not None:
+                rlp[i, :n] = torch.tensor(lps[i], dtype=torch.float32)
+    return Batch(ids, [len(t) - n for t, n in zip(tokens, lens)], list(lens), mask, rlp)
 
 
 def logprobs_and_entropy(model, b: Batch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,17 +70,13 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     return (x - mean) * torch.rsqrt(var + eps) * mask
 
 
-def advantages(args, samples: list[Sample], rewards: list[float], b: Batch) -> torch.Tensor:
-    """[B, R] token advantages from scalar rewards, per --advantage-estimator."""
-    n = args.n_samples_per_prompt
+def advantages(args, rewards: list[float], b: Batch) -> torch.Tensor:
+    """[B, R] token advantages from slime's post-processed rewards (``_post_process_rewards`` already
+    group-normalised them for grpo/gspo/reinforce_plus_plus_baseline), per --advantage-estimator."""
     r = torch.tensor(rewards, dtype=torch.float32)
     est = args.advantage_estimator
     if est in ("grpo", "gspo", "reinforce_plus_plus_baseline"):
-        g = r.view(-1, n)
-        centred = g - g.mean(dim=1, keepdim=True)
-        if est != "reinforce_plus_plus_baseline" and n > 1 and args.grpo_std_normalization:
-            centred = centred / (g.std(dim=1, keepdim=True) + 1e-6)
-        adv = centred.reshape(-1)[:, None] * b.mask
+        adv = r[:, None] * b.mask  # slime get_grpo_returns: the reward on every token
     elif est == "reinforce_plus_plus":
         gamma = float(args.gamma if args.gamma is not None else 1.0)
         adv = torch.zeros_like(b.mask)

@@ -12,13 +12,57 @@ from dataclasses import asdict, dataclass
 import torch
 
 
+class _Eager:
+    """torch's optimizer methods minus their ``torch.compile`` guards.
+
+    ``Optimizer.step`` (through ``_use_grad_for_differentiable``) and ``add_param_group`` /
+    ``zero_grad`` / ``state_dict`` / ``load_state_dict`` (through ``torch._disable_dynamo``) import
+    ``torch._dynamo`` on first call, only to mark a graph break or wrap themselves in a "don't compile
+    me" that does nothing in eager mode: 1-2.5 s of every trainer start on 2 cores. Nothing here
+    compiles, so these call torch's own undecorated functions (``__wrapped__``), under the grad mode
+    ``step``'s decorator sets. Same kernels, same numbers (tests/tiny/test_train.py checks)."""
+
+    def step(self, closure=None):
+        with torch.set_grad_enabled(self.defaults["differentiable"]):  # type: ignore[attr-defined]
+            return _undecorated(super().step)(self, closure)  # type: ignore[misc]
+
+    def add_param_group(self, param_group) -> None:
+        _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def state_dict(self):
+        return _undecorated(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict) -> None:
+        _undecorated(torch.optim.Optimizer.load_state_dict)(self, state_dict)
+
+
+def _undecorated(fn):
+    """The function under torch's dynamo decorators (a bound method's function included)."""
+    fn = getattr(fn, "__func__", fn)
+    while getattr(fn, "__code__", None) is not None and fn.__code__.co_name in ("inner", "_use_grad", "wrapper") \
+            and hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn
+
+
+class AdamW(_Eager, torch.optim.AdamW):
+    pass
+
+
+class SGD(_Eager, torch.optim.SGD):
+    pass
+
+
 def build_optimizer(args, model) -> torch.optim.Optimizer:
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if args.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=args.lr, momentum=args.sgd_momentum or 0.0)
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
+        return SGD(groups, lr=args.lr, momentum=args.sgd_momentum or 0.0)
+    return AdamW(groups, lr=args.lr, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
                              foreach=False)
 
 

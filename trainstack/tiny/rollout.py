@@ -1,117 +1,182 @@
-"""One rollout (or eval pass): prompts -> responses -> hooks -> rewards, on slime's Sample.
+"""The rollout side of a tiny run is slime's own code (the ``slime/`` submodule), not a copy.
 
-Built-in generation samples the policy in-process (batched). With
-``--custom-generate-function-path`` every sample goes through the user's
-``async generate(args, sample, sampling_params[, evaluation])``, which reaches the policy
-over the tiny SGLang server; it is awaited one sample at a time so requests arrive in a
-deterministic order.
+Per rollout the tiny trainer calls what slime's ``RolloutManager.generate`` calls:
+``call_rollout_fn(generate_rollout, args, rollout_id, data_source)`` (``--rollout-function-path``,
+default ``slime.rollout.sglang_rollout.generate_rollout``) over slime's data source
+(``--data-source-path``, default ``RolloutDataSourceWithBuffer`` over ``slime.utils.data.Dataset``),
+which runs ``generate_and_rm_group`` per prompt group (the group's samples concurrently),
+slime's ``generate`` or the ``--custom-generate-function-path`` plugin, the sample hooks, the
+reward hub (``async_rm`` / ``batched_async_rm``), dynamic filters and sample filters; then
+``RolloutManager._convert_samples_to_train_data`` (reward post-processing / normalisation,
+loss masks, log-probs). Eval is ``generate_rollout(..., evaluation=True)`` (slime's
+``eval_rollout``). All generation goes to the tiny SGLang-compatible server (server.py):
+slime's own ``http_utils.post`` reaches it in-process (slime_upstream.InProcessClient, JSON
+bytes both ways, no socket); plugins with their own HTTP client reach it over HTTP on 127.0.0.1.
+Only the training step is the tiny trainer's (train.py, loss.py).
+
+What is substituted on CPU, and why, is in docs/tiny_trainer.md ("slime in the loop").
 """
 from __future__ import annotations
 
-import random
+import os
+import sys
 from dataclasses import dataclass
+from typing import Any
 
-from . import plugins
-from .arithmetic import score
-from .generate import Generation, make_generator, sample
-from .sample import Sample
-from .tokenizer import CharTokenizer
+# what the run log names (and the upstream-contract test checks): slime's functions on the rollout path
+SLIME_FUNCTIONS = (
+    "slime.rollout.sglang_rollout.generate_rollout",
+    "slime.rollout.sglang_rollout.generate_and_rm_group",
+    "slime.rollout.data_source.RolloutDataSourceWithBuffer",
+    "slime.utils.data.Dataset",
+    "slime.rollout.rm_hub.async_rm",
+    "slime.rollout.sample_hooks.apply_rollout_sample_hooks",
+    "slime.ray.rollout.RolloutManager._convert_samples_to_train_data",
+    "slime.observability.rollout_metrics.compute_metrics_from_samples",
+)
 
 
 @dataclass
-class RolloutSettings:
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    evaluation: bool
+class RolloutResult:
+    samples: list  # slime Samples, flattened, in slime's order
+    train_data: dict[str, Any]  # RolloutManager._convert_samples_to_train_data's output
+    metrics: dict[str, float]  # rollout/* keys
 
 
-def sampling_params(args, s: RolloutSettings) -> dict:
-    """What slime's GenerateState builds from the --rollout-*/--eval-* flags."""
-    return {
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "top_k": -1,
-        "max_new_tokens": s.max_new_tokens,
-        "stop": args.rollout_stop,
-        "stop_token_ids": args.rollout_stop_token_ids,
-        "skip_special_tokens": True,
-        "no_stop_trim": False,
-        "spaces_between_special_tokens": False,
-    }
+class SlimeRollouts:
+    """slime's rollout side, wired to the tiny policy through the tiny SGLang server."""
 
+    def __init__(self, args, model_getter):
+        from . import slime_upstream
 
-class Rollouts:
-    def __init__(self, args, model_getter, server=None):
+        root = slime_upstream.load()
+        from slime.observability.rollout_data_utils import validate_rollout_id_annotated
+        from slime.rollout.base_types import call_rollout_fn
+        from slime.rollout.sample_hooks import set_current_rollout_id
+        from slime.utils.eval_config import build_eval_dataset_configs
+        from slime.utils.misc import load_function
+
+        from .server import TinySGLangServer
+
         self.args = args
-        self.model_getter = model_getter
-        self.server = server
-        self.tok = CharTokenizer()
-        self.generate_fn = (plugins.load_function(args.custom_generate_function_path, "--custom-generate-function-path")
-                            if args.custom_generate_function_path else None)
-        self.rm_fn = plugins.load_function(args.custom_rm_path, "--custom-rm-path") if args.custom_rm_path else None
-        self.hooks = [plugins.load_function(p, "--rollout-sample-hook-path") for p in (args.rollout_sample_hook_path or [])]
-        self._rm_random = None
+        self._call = call_rollout_fn
+        self._set_rollout_id = set_current_rollout_id
+        self._validate_ids = validate_rollout_id_annotated
+        if not args.hf_checkpoint:  # slime loads the tokenizer from --hf-checkpoint: the tiny one's files
+            from . import hf_tokenizer
 
-    def run(self, groups: list[list[Sample]], rollout_id: int, s: RolloutSettings, purpose: str) -> list[list[Sample]]:
-        gen = make_generator(self.args.seed, rollout_id, purpose)
-        self._rm_random = random.Random(f"{self.args.seed}-{rollout_id}-{purpose}-rm")
-        for g in groups:
-            for smp in g:
-                smp.rollout_id = rollout_id
-        if self.generate_fn is None:
-            flat = [smp for g in groups for smp in g]
-            outs = sample(self.model_getter(), [list(x.tokens) for x in flat], max_new_tokens=s.max_new_tokens,
-                          temperature=s.temperature, top_p=s.top_p, generator=gen,
-                          stop_token_ids=self.args.rollout_stop_token_ids, stop=self.args.rollout_stop, tokenizer=self.tok)
-            for smp, o in zip(flat, outs):
-                self._fill(smp, o)
-            return plugins.run(self._finish(groups, rollout_id, s))
-        self.server.generator = gen
-        return plugins.run(self._custom(groups, rollout_id, s))
+            args.hf_checkpoint = str(hf_tokenizer.write(_tokenizer_cache()))
+        self.server = TinySGLangServer(model_getter, seed=args.seed, context_len=args.rollout_max_context_len)
+        from slime.utils.async_utils import get_async_loop
 
-    def _fill(self, smp: Sample, o: Generation) -> None:
-        smp.tokens = list(smp.tokens) + o.output_ids
-        smp.response_length = len(o.output_ids)
-        smp.response = self.tok.decode(o.output_ids)
-        smp.loss_mask = [1] * len(o.output_ids)
-        smp.rollout_log_probs = list(o.logprobs)
-        smp.status = Sample.Status.COMPLETED if o.finish_reason == "stop" else Sample.Status.TRUNCATED
+        args.sglang_router_ip, args.sglang_router_port = self.server.start(get_async_loop().loop)
+        args.rollout_num_engines = 1  # one "engine" behind the "router": the tiny server
+        args.sglang_enable_deterministic_inference = True  # slime then sends sampling_seed per group index
+        slime_upstream.install_http_client(args, self.server)
+        eval_pairs = list(getattr(args, "eval_datasets", None) or [])
+        args.eval_datasets = build_eval_dataset_configs(
+            args, [{"name": n, "path": p} for n, p in eval_pairs], {}) if eval_pairs and \
+            isinstance(eval_pairs[0], tuple) else eval_pairs
+        self.data_source = load_function(args.data_source_path)(args)
+        self.generate_rollout = load_function(args.rollout_function_path)
+        if args.eval_function_path is None:  # slime's argument validation does the same
+            args.eval_function_path = args.rollout_function_path
+        self.eval_generate_rollout = load_function(args.eval_function_path)
+        # RolloutManager is a Ray actor class in a module that imports Ray, wandb and SGLang's engines;
+        # its two conversion methods, compiled from slime's source, run here without them. Only the
+        # attributes they read are set (its __init__ starts SGLang servers).
+        manager_cls = slime_upstream.rollout_manager_class(root)
+        self.manager = manager_cls.__new__(manager_cls)
+        self.manager.args = args
+        self.manager.custom_reward_post_process_func = (
+            load_function(args.custom_reward_post_process_path) if args.custom_reward_post_process_path else None)
+        self.manager.custom_convert_samples_to_train_data_func = (
+            load_function(args.custom_convert_samples_to_train_data_path)
+            if args.custom_convert_samples_to_train_data_path else None)
+        from trainstack.slime_version import checkout_commit
 
-    async def _custom(self, groups, rollout_id, s):
-        params = sampling_params(self.args, s)
-        pass_eval = plugins.accepts(self.generate_fn, "evaluation")
-        out_groups = []
-        for g in groups:
-            new_g = []
-            for smp in g:
-                kw = {"evaluation": s.evaluation} if pass_eval else {}
-                res = await plugins.maybe_await(self.generate_fn(self.args, smp, dict(params), **kw))
-                new_g.extend(res if isinstance(res, list) else [res])
-            out_groups.append(new_g)
-        return await self._finish(out_groups, rollout_id, s)
+        commit = checkout_commit(root)[0] or "unknown-commit"
+        print(f"[tiny] rollout: slime {commit[:8]} ({root}) " + " ".join(SLIME_FUNCTIONS)
+              + f"; generation: tiny SGLang-compatible server {self.server.url}", file=sys.stderr, flush=True)
 
-    async def _finish(self, groups, rollout_id, s):
-        for g in groups:
-            for i, smp in enumerate(g):
-                for h in self.hooks:
-                    r = await plugins.maybe_await(h(self.args, smp, rollout_id=rollout_id, evaluation=s.evaluation))
-                    if isinstance(r, Sample):
-                        g[i] = smp = r
-                if smp.loss_mask is None:
-                    smp.loss_mask = [1] * smp.response_length
-                if smp.remove_sample:  # slime: a removed sample stays in the batch with its loss masked out
-                    smp.loss_mask = [0] * smp.response_length
-                if smp.reward is None:
-                    smp.reward = await self._reward(smp)
-        return groups
+    def __len__(self) -> int:
+        return len(self.data_source)
 
-    async def _reward(self, smp: Sample):
-        if self.rm_fn is not None:
-            return await plugins.maybe_await(self.rm_fn(self.args, smp))
-        if self.args.rm_type == "random":
-            return float(self._rm_random.randint(0, 1))
-        if self.args.rm_type is None:  # slime would fail the same way: nothing gives this sample a reward
-            raise ValueError("the custom generate function left sample.reward unset and no --custom-rm-path or "
-                             "--rm-type is given")
-        return score(smp.response, smp.label)  # --rm-type math: leading number equals the label
+    def generate(self, rollout_id: int) -> RolloutResult:
+        """slime's RolloutManager.generate minus Ray: rollout fn -> flatten -> train data."""
+        import itertools
+
+        from slime.observability.rollout_metrics import compute_metrics_from_samples
+
+        self._set_rollout_id(rollout_id)
+        self.server.begin(rollout_id, "train")
+        out = self._call(self.generate_rollout, self.args, rollout_id, self.data_source, evaluation=False)
+        data = out.samples
+        self._validate_ids(data)
+        while data and isinstance(data[0], list):
+            data = list(itertools.chain.from_iterable(data))
+        train_data = self.manager._convert_samples_to_train_data(data)
+        metrics = {f"rollout/{k}": float(v) for k, v in (out.metrics or {}).items() if _number(v)}
+        metrics.update({f"rollout/{k}": float(v) for k, v in compute_metrics_from_samples(self.args, data).items()
+                        if _number(v)})
+        metrics.update(failure_metrics(data))
+        return RolloutResult(data, train_data, metrics)
+
+    def evaluate(self, rollout_id: int) -> dict[str, float]:
+        """slime's RolloutManager.eval: the eval rollout fn, logged with slime's eval keys."""
+        self._set_rollout_id(rollout_id)
+        self.server.begin(rollout_id, "eval")
+        result = self._call(self.eval_generate_rollout, self.args, rollout_id, self.data_source, evaluation=True)
+        out: dict[str, float] = {}
+        for name, d in result.data.items():
+            rewards = d["rewards"]
+            out[f"eval/{name}"] = sum(rewards) / max(len(rewards), 1)
+            if "truncated" in d:
+                out[f"eval/{name}-truncated_ratio"] = sum(d["truncated"]) / max(len(d["truncated"]), 1)
+        return out
+
+    def save_state(self) -> dict | None:
+        """The data cursor, exactly what slime's ``RolloutDataSource.save`` writes (None without the global
+        dataset, as slime)."""
+        ds = self.data_source
+        if not self.args.rollout_global_dataset:
+            return None
+        return {"sample_offset": ds.sample_offset, "epoch_id": ds.epoch_id,
+                "sample_group_index": ds.sample_group_index, "sample_index": ds.sample_index,
+                "metadata": ds.metadata}
+
+    def load(self, rollout_id: int) -> None:
+        """slime's ``RolloutDataSource.load`` (reads ``{--load}/rollout/global_dataset_state_dict_{id}.pt``)."""
+        self.data_source.load(rollout_id)
+
+    def close(self) -> None:
+        import asyncio
+
+        from slime.utils import http_utils
+        from slime.utils.async_utils import get_async_loop
+
+        client = http_utils._http_client
+        if hasattr(client, "aclose"):
+            asyncio.run_coroutine_threadsafe(client.aclose(), get_async_loop().loop).result(timeout=10)
+        self.server.stop()
+
+
+def failure_metrics(samples) -> dict[str, float]:
+    """``rollout/failed_frac``: the share of samples that ended ``failed`` or ``aborted`` (slime logs no such
+    key; the failure stop in train.py reads this one)."""
+    from slime.utils.types import Sample
+
+    bad = (Sample.Status.FAILED, Sample.Status.ABORTED)
+    n = max(len(samples), 1)
+    return {"rollout/failed_frac": sum(s.status in bad for s in samples) / n,
+            "rollout/aborted_frac": sum(s.status == Sample.Status.ABORTED for s in samples) / n}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _tokenizer_cache() -> str:
+    """Where the tiny tokenizer's HF files go when the run names no --hf-checkpoint (written once)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "trainstack", "tiny-tokenizer")

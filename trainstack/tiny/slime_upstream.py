@@ -9,17 +9,26 @@ no CPU wheel). When ``sglang`` is not importable, :func:`load` registers stand-i
 exactly those names (``SGLANG_STANDINS``); nothing that runs on the rollout path calls them, and
 the upstream-contract test checks the list against slime's imports.
 
+Below slime's code, for start-up and per-sample speed (docs/tiny_trainer.md, "slime in the loop"):
+slime's HTTP client reaches the tiny server in-process (:class:`InProcessClient`); ``RolloutManager``'s
+conversion methods are compiled from slime's source without importing Ray (:func:`rollout_manager_class`);
+transformers' processor names (:data:`LAZY_TRANSFORMERS`) and ``ray``/``wandb`` (:data:`DEFERRED_IMPORTS`)
+are resolved on first use.
+
 Where slime is found: ``$TRAINSTACK_SLIME_ROOT`` (docker/Dockerfile sets it), else the ``slime/``
 submodule beside the ``trainstack`` package (a source checkout).
 """
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import importlib.util
 import os
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 ROOT_ENV = "TRAINSTACK_SLIME_ROOT"
 
@@ -34,8 +43,6 @@ SGLANG_STANDINS: dict[str, tuple[str, ...]] = {
     ),
     "sglang.srt.server_args": ("ServerArgs",),
     "sglang.srt.utils": ("kill_process_tree",),
-    "sglang_router": (),
-    "sglang_router.launch_router": ("RouterArgs",),
 }
 
 
@@ -87,6 +94,43 @@ def install_sglang_standins() -> list[str]:
     return done
 
 
+# third-party packages slime's rollout modules import at module level but use only off the CPU path
+# (slime.utils.data: `import ray` for `ray.get` in the trainer-side data fetch; slime.observability:
+# `import wandb` for its own tracking, which the tiny metrics sinks replace). Their own code runs on
+# first use of a name they define (see _Deferred), not at import: the real package, only later.
+DEFERRED_IMPORTS = ("ray", "wandb")
+
+
+class _Deferred(types.ModuleType):
+    """A module whose code has not run yet. ``__spec__``, ``__file__``, ``__loader__`` are set, so an
+    ``import`` statement sees an imported module; the first lookup of any other name (``__path__``
+    included: importing a submodule or ``from pkg import x`` runs the package first, as a normal
+    import does) runs the module's code in this very object. ``importlib.util.LazyLoader`` does the
+    same but also triggers on ``__spec__``, which every ``import`` of an imported module reads on 3.11."""
+
+    def __getattr__(self, attr: str):
+        spec: Any = self.__spec__
+        self.__class__ = types.ModuleType  # type: ignore[assignment]
+        if spec.submodule_search_locations is not None:
+            self.__path__ = spec.submodule_search_locations
+        spec.loader.exec_module(self)
+        return getattr(self, attr)
+
+
+def defer_import(name: str) -> bool:
+    """Register ``name`` as a :class:`_Deferred` module; False if already imported or not installed."""
+    if name in sys.modules:
+        return False
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        return False
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.pop("__path__", None)  # restored when the code runs (see _Deferred)
+    module.__class__ = _Deferred
+    sys.modules[name] = module
+    return True
+
+
 def load(root: Path | None = None) -> Path:
     """Make ``import slime...`` resolve to the submodule's source; returns the checkout used."""
     root = (root or slime_root()).resolve()
@@ -99,8 +143,305 @@ def load(root: Path | None = None) -> Path:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     loaded = sys.modules.get("slime")
+    if loaded is not None and getattr(loaded, "__file__", None) is None:
+        # a namespace package: the checkout's `slime/` directory itself, imported because the project root
+        # is on sys.path; the real package is one level down
+        for name in [m for m in sys.modules if m == "slime" or m.startswith("slime.")]:
+            del sys.modules[name]
+        loaded = None
     if loaded is not None and not str(getattr(loaded, "__file__", "")).startswith(str(root)):
         raise SlimeMissing(f"another `slime` package is already imported ({loaded.__file__}), not {root}")
     install_sglang_standins()
+    for name in DEFERRED_IMPORTS:
+        defer_import(name)
     importlib.import_module("slime")
+    _import_processing_utils()
     return root
+
+
+# --- transformers' processor stack: imported only when a run needs a processor ---------------------------
+# slime.utils.processing_utils imports these at module level; in transformers 5 they pull the whole
+# processor/model stack (torch._dynamo, torch.distributed.tensor, ...): ~2-7 s of every trainer start.
+# A text-only run never uses them (see _LazyName), so they are resolved on first real use.
+LAZY_TRANSFORMERS: dict[str, str] = {
+    "AutoProcessor": "transformers.models.auto.processing_auto",
+    "ProcessorMixin": "transformers.processing_utils",
+}
+# the files hf_tokenizer.write puts in a directory: AutoProcessor.from_pretrained of such a directory
+# is the tokenizer (no processor config), which slime's load_processor then discards
+TINY_TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json"})
+
+
+class _LazyName:
+    """Stands for ``transformers.<name>`` in slime's ``processing_utils`` until it is really used.
+
+    - ``isinstance(x, ProcessorMixin)`` is False without importing anything while
+      ``transformers.processing_utils`` is not imported (nothing can be an instance of a class that
+      does not exist yet), else the real check;
+    - ``AutoProcessor.from_pretrained(d)`` for a directory holding only the tiny tokenizer's two files
+      returns ``AutoTokenizer.from_pretrained(d)``: what transformers returns for a directory without
+      a processor config (tests/test_upstream_contract.py checks it against the real call);
+    - everything else (other directories, other attributes) is the real object's.
+    """
+
+    def __init__(self, name: str, module: str):
+        self._name, self._module = name, module
+
+    def _real(self):
+        return getattr(importlib.import_module(self._module), self._name)
+
+    def __getattr__(self, attr: str):
+        if self._name == "AutoProcessor" and attr == "from_pretrained":
+            return self._from_pretrained
+        return getattr(self._real(), attr)
+
+    def _from_pretrained(self, name_or_path, *args, **kwargs):
+        p = Path(str(name_or_path))
+        if not args and p.is_dir() and {c.name for c in p.iterdir()} == TINY_TOKENIZER_FILES:
+            from transformers import AutoTokenizer
+
+            return AutoTokenizer.from_pretrained(str(p), **kwargs)
+        return self._real().from_pretrained(name_or_path, *args, **kwargs)
+
+    def __instancecheck__(self, obj: object) -> bool:
+        if self._module not in sys.modules:
+            return False
+        return isinstance(obj, self._real())
+
+    def __subclasscheck__(self, cls: type) -> bool:
+        if self._module not in sys.modules:
+            return False
+        return issubclass(cls, self._real())
+
+    def __repr__(self) -> str:
+        return f"<trainstack lazy {self._module}.{self._name}>"
+
+
+def _import_processing_utils() -> None:
+    """Import slime's ``processing_utils`` with :data:`LAZY_TRANSFORMERS` resolved lazily. The lazy
+    names are set on the ``transformers`` module only for that import (slime's module keeps them);
+    afterwards ``transformers.AutoProcessor`` is transformers' own again for everyone else."""
+    if "slime.utils.processing_utils" in sys.modules:
+        return
+    import transformers
+
+    saved = {n: transformers.__dict__[n] for n in LAZY_TRANSFORMERS if n in transformers.__dict__}
+    for name, mod in LAZY_TRANSFORMERS.items():
+        if name not in saved:
+            setattr(transformers, name, _LazyName(name, mod))
+    try:
+        importlib.import_module("slime.utils.processing_utils")
+    finally:
+        for name in LAZY_TRANSFORMERS:
+            if name not in saved:
+                transformers.__dict__.pop(name, None)
+
+
+# --- RolloutManager's conversion, without importing Ray ----------------------------------------------
+# slime.ray.rollout imports ray, wandb (via observability.logging_utils), SGLang's engine wrappers...:
+# ~1-3 s of every trainer start, for two methods that use none of it.
+MANAGER_METHODS = ("_post_process_rewards", "_convert_samples_to_train_data")
+
+
+def _parse(path: Path) -> ast.Module:
+    """``ast.parse`` with the collector off: on CPython 3.11 a collection inside the AST constructor can
+    run a finalizer that builds an AST itself (asyncio's "Task exception was never retrieved" log
+    formats a traceback, which parses source lines), and the shared constructor state then fails the
+    outer parse with ``SystemError: AST constructor recursion depth mismatch`` (cpython#106905)."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    finally:
+        if was:
+            gc.enable()
+
+
+def manager_source(root: Path | None = None) -> tuple[Path, ast.Module, ast.ClassDef, dict[str, tuple[str, str | None]]]:
+    """(slime/ray/rollout.py, its AST, the RolloutManager class node, {module-level imported name:
+    (module, attribute or None for `import module`)})."""
+    path = (root or slime_root()) / "slime" / "ray" / "rollout.py"
+    tree = _parse(path)
+    imports: dict[str, tuple[str, str | None]] = {}
+    cls = None
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imports[a.asname or a.name.split(".")[0]] = (a.name if a.asname else a.name.split(".")[0], None)
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(["slime", "ray"][: 3 - node.level] + ([mod] if mod else []))
+            for a in node.names:
+                imports[a.asname or a.name] = (mod, a.name)
+        elif isinstance(node, ast.ClassDef) and node.name == "RolloutManager":
+            cls = node
+    if cls is None:
+        raise SlimeMissing(f"{path} defines no RolloutManager (the tiny backend converts samples with its methods)")
+    return path, tree, cls, imports
+
+
+def manager_globals(methods: list[ast.FunctionDef]) -> set[str]:
+    """The free names the methods read: neither builtins nor their own parameters/locals."""
+    import builtins
+
+    out: set[str] = set()
+    for fn in methods:
+        local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        out |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                and n.id not in local and not hasattr(builtins, n.id)}
+    return out
+
+
+def rollout_manager_class(root: Path | None = None) -> type:
+    """A class holding slime's own ``RolloutManager`` methods :data:`MANAGER_METHODS`, compiled from
+    ``slime/ray/rollout.py`` (same source, same file and line numbers in tracebacks) with the
+    module-level names they use imported from where slime's module imports them. The rest of the
+    module (Ray actor, SGLang engines, tracking) is not loaded. A method that reads a name the module
+    does not import (a module-level helper of a newer slime) is refused here, naming it. Built once
+    per process and checkout."""
+    return _manager_class(str((root or slime_root()).resolve()))
+
+
+@functools.lru_cache(maxsize=None)
+def _manager_class(root: str) -> type:
+    path, _, cls, imports = manager_source(Path(root))
+    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in MANAGER_METHODS]
+    missing = set(MANAGER_METHODS) - {m.name for m in methods}
+    names = manager_globals(methods)
+    unknown = names - set(imports)
+    if missing or unknown:
+        raise SlimeMissing(f"slime's RolloutManager in {path}: methods {sorted(missing)} missing, names "
+                           f"{sorted(unknown)} not imported at module level; trainstack/tiny/slime_upstream."
+                           "rollout_manager_class needs updating for this slime")
+    ns: dict[str, object] = {"__name__": "slime.ray.rollout", "__file__": str(path)}
+    for name in sorted(names):
+        mod, attr = imports[name]
+        m = importlib.import_module(mod)
+        ns[name] = m if attr is None else getattr(m, attr)
+    body = ast.Module(body=[ast.ClassDef(name="RolloutManager", bases=[], keywords=[], body=list[ast.stmt](methods),
+                                         decorator_list=[], lineno=cls.lineno, col_offset=0,
+                                         end_lineno=cls.end_lineno, end_col_offset=0)], type_ignores=[])
+    exec(compile(ast.fix_missing_locations(body), str(path), "exec"), ns)
+    return ns["RolloutManager"]  # type: ignore[return-value]
+
+
+class _Response:
+    """The part of ``httpx.Response`` slime's ``http_utils._post`` / ``get`` use."""
+
+    def __init__(self, status: int, content: bytes, url: str):
+        self.status_code, self.content, self.url = status, content, url
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise RuntimeError(f"HTTP {self.status_code} from {self.url}: {self.text[:500]}")
+
+    async def aread(self) -> bytes:
+        return self.content
+
+    async def aclose(self) -> None:
+        return None
+
+
+class AiohttpClient:
+    """Stands in for the ``httpx.AsyncClient`` slime's ``init_http_client`` creates (``http_utils._http_client``).
+
+    slime's own ``post`` / ``get`` / ``_post`` (retries included) still run and still speak HTTP; only
+    the connection pool underneath is aiohttp's (slime's other HTTP dependency). Why: httpx's pool
+    serves a burst of concurrent requests in roughly quadratic time; slime sends a whole rollout
+    (256 requests in cpu-smoke) at once, which took 2.5-12 s per rollout with httpx on a 2-core
+    machine against 0.3-0.4 s with aiohttp keep-alive (docs/benchmarks.md). The session is created on
+    the event loop that first uses it (slime's rollout loop).
+    """
+
+    def __init__(self, limit: int = 0):
+        self.limit = limit
+        self._session = None
+
+    def _sess(self):
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.limit), timeout=aiohttp.ClientTimeout(total=None),
+                trust_env=False)
+        return self._session
+
+    async def post(self, url: str, json=None, headers=None) -> _Response:
+        async with self._sess().post(url, json=json, headers=headers) as r:
+            return _Response(r.status, await r.read(), url)
+
+    async def get(self, url: str, headers=None) -> _Response:
+        async with self._sess().get(url, headers=headers) as r:
+            return _Response(r.status, await r.read(), url)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class InProcessClient(AiohttpClient):
+    """:class:`AiohttpClient` that answers requests for the tiny server's own URL by calling its route
+    coroutine (``TinySGLangServer.handle``) on the same event loop instead of over a socket.
+
+    slime's ``post`` / ``_post`` / ``get`` (retries, ``raise_for_status``, ``json.loads`` of the body) run
+    unchanged above it; the request and response still cross as JSON bytes (what a socket would carry),
+    so a payload that does not survive JSON fails as it would over HTTP. Why: an aiohttp round trip
+    per sample was ~30% of the rollout loop's CPU (docs/benchmarks.md). Any other URL (an env server,
+    a router a plugin names) and any call from another event loop go over HTTP as before.
+    """
+
+    def __init__(self, server, limit: int = 0):
+        super().__init__(limit)
+        self.server = server
+
+    def _route(self, url: str) -> str | None:
+        import asyncio
+        from urllib.parse import urlsplit
+
+        base = self.server.url
+        if not base or not url.startswith(base + "/"):
+            return None
+        try:
+            if asyncio.get_running_loop() is not self.server._loop:
+                return None
+        except RuntimeError:
+            return None
+        return urlsplit(url).path
+
+    async def _local(self, method: str, route: str, url: str, body: object) -> _Response:
+        import json
+
+        status, out = await self.server.handle(method, route, body)
+        return _Response(status, json.dumps(out).encode(), url)
+
+    async def post(self, url: str, json=None, headers=None) -> _Response:
+        route = self._route(url)
+        if route is None:
+            return await super().post(url, json=json, headers=headers)
+        import json as _json
+
+        return await self._local("POST", route, url, _json.loads(_json.dumps(json)))
+
+    async def get(self, url: str, headers=None) -> _Response:
+        route = self._route(url)
+        if route is None:
+            return await super().get(url, headers=headers)
+        return await self._local("GET", route, url, None)
+
+
+def install_http_client(args, server=None) -> None:
+    """slime's ``init_http_client(args)``, then its httpx pool swapped for :class:`AiohttpClient` (or, given
+    the tiny server, :class:`InProcessClient`)."""
+    from slime.utils import http_utils
+
+    http_utils.init_http_client(args)
+    limit = args.sglang_server_concurrency * http_utils.get_rollout_num_engines(args)
+    http_utils._http_client = AiohttpClient(limit=limit) if server is None else InProcessClient(server, limit=limit)

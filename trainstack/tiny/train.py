@@ -1,8 +1,10 @@
 """``python -m trainstack.tiny.train <slime argv>``: the CPU stand-in for ``slime/train.py``.
 
 Loop per rollout (slime train.py order, with eval moved before the save so a kill between
-them cannot lose an eval point): generate -> reward -> train (num_steps_per_rollout
-optimizer steps) -> eval -> save -> log. All randomness of rollout ``i`` derives from
+them cannot lose an eval point): slime's rollout (rollout.py: generate, rewards, train data)
+-> train (num_steps_per_rollout optimizer steps) -> eval (slime's cadence:
+``should_run_periodic_action`` without ``num_rollout``, so no extra eval after the last
+rollout) -> save -> log. All randomness of rollout ``i`` derives from
 (seed, i), and the data cursor, optimizer, scheduler and RNG states are checkpointed, so an
 interrupted run resumed with ``--load`` ends bit-identical to an uninterrupted one.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import gc
 import os
 import random
 import signal
@@ -18,6 +21,8 @@ import time
 from dataclasses import dataclass
 
 from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
+
+from .failures import EXIT_FAILURE_RATE
 
 
 def _say(msg: str) -> None:
@@ -108,15 +113,17 @@ def _reseed(seed: int, rollout_id: int) -> None:
     torch.manual_seed(s)
 
 
-def train_rollout(args, pol: Policy, samples, rollout_id: int, metrics) -> dict:
-    """num_steps_per_rollout optimizer steps over the rollout's samples in order (gbs counts samples)."""
+def train_rollout(args, pol: Policy, td: dict, rollout_id: int, metrics) -> dict:
+    """num_steps_per_rollout optimizer steps over slime's train data in order (gbs counts samples).
+
+    ``td`` is ``RolloutManager._convert_samples_to_train_data``'s dict: ``rewards`` are already
+    post-processed (group-normalised) by slime, ``raw_reward`` are the rewards as computed."""
     import torch
 
     from .loss import advantages, logprobs_and_entropy, make_batch, policy_loss
 
-    rewards = [s.get_reward_value(args) for s in samples]
-    b = make_batch(samples)
-    adv = advantages(args, samples, rewards, b)
+    b = make_batch(td)
+    adv = advantages(args, td["rewards"], b)
     pol.model.eval()  # log-probs are a forward-only pass (no dropout), as in slime
     with torch.no_grad():
         old_all = b.rollout_logp if (args.use_rollout_logprobs and b.rollout_logp is not None) else \
@@ -127,7 +134,7 @@ def train_rollout(args, pol: Policy, samples, rollout_id: int, metrics) -> dict:
     last = {}
     for step in range(args.num_steps_per_rollout):
         sl = slice(step * gbs, (step + 1) * gbs)
-        sub = make_batch(samples[sl])
+        sub = make_batch(td, sl)
         R = sub.mask.shape[1]
         logp, ent = logprobs_and_entropy(pol.model, sub, args.rollout_temperature)
         out = policy_loss(args, logp, ent, old_all[sl, :R], adv[sl, :R], sub.mask,
@@ -146,58 +153,35 @@ def train_rollout(args, pol: Policy, samples, rollout_id: int, metrics) -> dict:
         metrics.log("train/step", train_step, last)
     mask_sum = b.mask.sum().clamp(min=1)
     return {
-        "rollout/rewards": float(torch.tensor(rewards).mean()),
+        "rollout/rewards": float(torch.tensor(td["rewards"], dtype=torch.float32).mean()),  # normalised, as slime
         "rollout/advantages": float((adv * b.mask).sum() / mask_sum),
         "rollout/log_probs": float((old_all * b.mask).sum() / mask_sum),
         **last,
     }
 
 
-def _rollout_stats(args, samples) -> dict:
-    from .sample import Sample
-
-    n = max(len(samples), 1)
+def _rollout_stats(args, td: dict) -> dict:
+    """The keys trainstack reads (status, compare, benchmarks), from slime's train data."""
+    n = max(len(td["tokens"]), 1)
     return {
-        "rollout/raw_reward": sum(s.get_reward_value(args) for s in samples) / n,
-        "rollout/response_lengths": sum(s.response_length for s in samples) / n,
-        "rollout/total_lengths": sum(len(s.tokens) for s in samples) / n,
-        "rollout/truncated": sum(s.status == Sample.Status.TRUNCATED for s in samples) / n,
+        "rollout/raw_reward": sum(float(r) for r in td["raw_reward"]) / n,
+        "rollout/response_lengths": sum(td["response_lengths"]) / n,
+        "rollout/total_lengths": sum(len(t) for t in td["tokens"]) / n,
+        "rollout/truncated": sum(td["truncated"]) / n,
     }
 
 
 def evaluate(args, rollouts, rollout_id: int, metrics) -> dict:
-    from .data import read_prompts
-    from .rollout import RolloutSettings
-    from .sample import Sample
-
-    out = {}
-    settings = RolloutSettings(
-        max_new_tokens=args.eval_max_response_len or args.rollout_max_response_len,
-        temperature=args.eval_temperature if args.eval_temperature is not None else args.rollout_temperature,
-        top_p=args.eval_top_p if args.eval_top_p is not None else args.rollout_top_p, evaluation=True)
-    for name, path in args.eval_datasets:
-        base = read_prompts(path, args.eval_input_key or args.input_key, args.eval_label_key or args.label_key,
-                            args.metadata_key)
-        n = args.n_samples_per_eval_prompt or 1
-        groups = []
-        for gi, p in enumerate(base):
-            groups.append([Sample(**{**p.__dict__, "tokens": list(p.tokens), "metadata": dict(p.metadata),
-                                     "group_index": gi, "index": gi * n + k}) for k in range(n)])
-        done = [s for g in rollouts.run(groups, rollout_id, settings, f"eval:{name}") for s in g]
-        key = args.eval_reward_key
-        vals = [float(s.reward[key]) if isinstance(s.reward, dict) else float(s.reward) for s in done]
-        out[f"eval/{name}"] = sum(vals) / max(len(vals), 1)
-        out[f"eval/{name}-truncated_ratio"] = sum(s.status == Sample.Status.TRUNCATED for s in done) / max(len(done), 1)
+    out = rollouts.evaluate(rollout_id)
     metrics.log("eval/step", rollout_id, out)
     return out
 
 
-def _periodic(rollout_id: int, interval, per_epoch, num_rollout) -> bool:
-    """slime's should_run_periodic_action: every `interval`, at epoch ends and after the last rollout."""
-    if interval is None:
-        return False
-    step = rollout_id + 1
-    return step % interval == 0 or (per_epoch is not None and step % per_epoch == 0) or step == num_rollout
+def _periodic(rollout_id: int, interval, per_epoch, num_rollout=None) -> bool:
+    """slime's ``should_run_periodic_action`` (train.py passes ``num_rollout`` for saves, not for evals)."""
+    from slime.utils.misc import should_run_periodic_action
+
+    return should_run_periodic_action(rollout_id, interval, per_epoch, num_rollout)
 
 
 def save_rollout_data(template: str, rollout_id: int, samples) -> None:
@@ -222,12 +206,12 @@ def save_hf(template: str, pol: Policy, rollout_id: int) -> None:
     atomic_write_bytes(json.dumps(config, indent=1, sort_keys=True).encode(), os.path.join(out, "config.json"))
 
 
-def save(args, pol: Policy, data, rollout_id: int) -> None:
+def save(args, pol: Policy, rollouts, rollout_id: int) -> None:
     """Publish a checkpoint (weights, optimizer, scheduler, RNG, data cursor) if this process still
     holds the run's lease; raises Fenced, publishing nothing, if it does not."""
     from trainstack.fence import Fence
 
-    from .checkpoint import TrainState, capture_rng, save_checkpoint
+    from .checkpoint import TrainState, capture_rng, save_checkpoint, torch_bytes
 
     if args.save_hf:  # before the checkpoint: a tracker naming this rollout means its export is complete too
         save_hf(args.save_hf, pol, rollout_id)
@@ -235,27 +219,37 @@ def save(args, pol: Policy, data, rollout_id: int) -> None:
     state = TrainState(model=pol.model.state_dict(),
                        optimizer=None if args.no_save_optim else pol.optimizer.state_dict(),
                        scheduler=pol.scheduler.state_dict(), rng=capture_rng(), meta=meta)
-    save_checkpoint(args.save, rollout_id, state, cursor=data.cursor_bytes(), fence=Fence.from_env())
+    cursor = rollouts.save_state()
+    save_checkpoint(args.save, rollout_id, state, cursor=None if cursor is None else torch_bytes(cursor),
+                    fence=Fence.from_env())
 
 
 def run(args, ignored: list[str]) -> int:
     import torch  # noqa: F401  (heavy imports start here)
 
-    from .data import DataSource
+    from .failures import FailureWatch
     from .metrics import Metrics
     from .model import setup_determinism
-    from .rollout import Rollouts, RolloutSettings
+    from .rollout import SlimeRollouts
 
     setup_determinism(int(os.environ.get("TRAINSTACK_TINY_THREADS", "1")))
     if ignored:
         _say("ignored by the tiny backend: " + " ".join(ignored))
-    data = DataSource(args)
+    holder: dict[str, Any] = {}
+    rollouts = SlimeRollouts(args, lambda: holder["policy"].model)
+    try:
+        return _loop(args, rollouts, holder, Metrics, FailureWatch.from_env())
+    finally:
+        rollouts.close()
+
+
+def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
     per_epoch = None
     if args.num_epoch is not None and args.rollout_global_dataset:
-        per_epoch = max(len(data) // args.rollout_batch_size, 1)
+        per_epoch = max(len(rollouts) // args.rollout_batch_size, 1)
         if args.num_rollout is None:
             args.num_rollout = args.num_epoch * per_epoch
-    pol = build_policy(args, args.num_rollout * args.num_steps_per_rollout)
+    pol = holder["policy"] = build_policy(args, args.num_rollout * args.num_steps_per_rollout)
     start = pol.start_rollout_id
     if args.num_rollout == 0 and start == 0 and args.eval_interval is not None:
         _say("--num-rollout 0 with --eval-interval: eval-only run (as slime)")
@@ -265,62 +259,59 @@ def run(args, ignored: list[str]) -> int:
              f"{args.num_rollout}; raise --num-rollout to continue\n{bar}")
         return 0
     if args.resume:
-        data.load(args.load, start - 1)
-    server = None
-    if args.custom_generate_function_path:
-        from .server import TinySGLangServer
-
-        server = TinySGLangServer(lambda: pol.model)
-        args.sglang_router_ip, args.sglang_router_port = server.start()
-    rollouts = Rollouts(args, lambda: pol.model, server)
+        rollouts.load(start - 1)
     metrics = Metrics(args, first_rollout=start)
-    train_settings = RolloutSettings(args.rollout_max_response_len, args.rollout_temperature, args.rollout_top_p, False)
+    # everything imported and built so far lives for the whole run: out of the collector's sight, so a
+    # full collection (slime's rollout makes plenty of garbage) does not walk torch's, transformers' and
+    # slime's module objects each time (0.1-0.2 s per collection on 2 cores)
+    gc.freeze()
     eval_str = "-"
     stop = _StopRequest()
     try:
-        if args.eval_interval is not None and start == 0 and not args.skip_eval_before_train:
+        if args.eval_interval is not None and start == 0 and (args.num_rollout == 0 or not args.skip_eval_before_train):
             first_ev = evaluate(args, rollouts, 0, metrics)
             eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in first_ev.items() if "truncated" not in k)
             _say(f"eval before training: {eval_str}")
         for rollout_id in range(start, args.num_rollout):
             t0 = time.perf_counter()
             _reseed(args.seed, rollout_id)
-            groups = data.get_samples(args.rollout_batch_size)
-            groups = rollouts.run(groups, rollout_id, train_settings, "train")
-            samples = [s for g in groups for s in g]
+            res = rollouts.generate(rollout_id)
             if args.save_debug_rollout_data:
-                save_rollout_data(args.save_debug_rollout_data, rollout_id, samples)
+                save_rollout_data(args.save_debug_rollout_data, rollout_id, res.samples)
             t_rollout = time.perf_counter() - t0
-            stats = _rollout_stats(args, samples)
+            stats = {**res.metrics, **_rollout_stats(args, res.train_data)}
             t1 = time.perf_counter()
-            train_stats = train_rollout(args, pol, samples, rollout_id, metrics)
+            train_stats = train_rollout(args, pol, res.train_data, rollout_id, metrics)
             stats.update({k: v for k, v in train_stats.items() if k.startswith("rollout/")})
             t_train = time.perf_counter() - t1
-            ev: dict | None = None
-            if _periodic(rollout_id, args.eval_interval, per_epoch, args.num_rollout):
-                ev = evaluate(args, rollouts, rollout_id, metrics)
-                eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
             step_time = time.perf_counter() - t0
             metrics.log("rollout/step", rollout_id, {**stats, "perf/rollout_time": t_rollout,
                                                      "perf/train_time": t_train, "perf/step_time": step_time})
+            ev: dict | None = None  # slime train.py: eval after the weight update (here before the save)
+            if _periodic(rollout_id, args.eval_interval, per_epoch):
+                ev = evaluate(args, rollouts, rollout_id, metrics)
+                eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
             saved = ""  # saved last: everything logged for this rollout is covered by the checkpoint
             if args.save and _periodic(rollout_id, args.save_interval, per_epoch, args.num_rollout):
-                save(args, pol, data, rollout_id)
+                save(args, pol, rollouts, rollout_id)
                 saved = f"  saved iter_{rollout_id:07d}"
+            failed = stats["rollout/failed_frac"]
             _say(f"rollout {rollout_id + 1}/{args.num_rollout}  reward {stats['rollout/raw_reward']:.3f}  "
                  f"resp_len {stats['rollout/response_lengths']:.2f}  loss {train_stats.get('train/loss', 0):+.4f}  "
-                 f"eval {eval_str if ev else '-'}  step {step_time:.2f}s{saved}")
+                 f"eval {eval_str if ev else '-'}  failed {failed:.2f}  step {step_time:.2f}s{saved}")
+            verdict = watch.observe(rollout_id, failed, last=rollout_id + 1 == args.num_rollout)
+            if verdict is not None:
+                _say(verdict)
+                return EXIT_FAILURE_RATE
             if stop.signum is not None and rollout_id + 1 < args.num_rollout:
                 if args.save and not saved:  # the launcher's grace period is for this final checkpoint
-                    save(args, pol, data, rollout_id)
+                    save(args, pol, rollouts, rollout_id)
                 _say(f"stopping on {signal.Signals(stop.signum).name} after rollout {rollout_id + 1}"
                      + (f"; checkpoint iter_{rollout_id:07d} saved" if args.save else ""))
                 return 128 + stop.signum
     finally:
         stop.restore()
         metrics.close()
-        if server is not None:
-            server.stop()
     return 0
 
 
@@ -342,6 +333,8 @@ class _StopRequest:
 
 def main(argv: list[str] | None = None) -> int:
     from trainstack.fence import EXIT_FENCED, Fenced
+
+    os.environ.setdefault("TQDM_DISABLE", "1")  # slime draws a progress bar per rollout; read when tqdm is imported
 
     from .validate import main_parse
 

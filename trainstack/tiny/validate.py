@@ -107,9 +107,16 @@ def validate(parsed: ParsedArgv, env: Mapping[str, str] = os.environ) -> None:
     elif a.rollout_global_dataset and not os.path.exists(a.prompt_data):
         err("prompt_data", "file does not exist", "create it (python -m trainstack.tiny.arithmetic --out DIR)",
             value=a.prompt_data)
-    if not a.rollout_global_dataset and not a.custom_generate_function_path:
-        err("rollout_global_dataset", "without the global dataset samples have no prompt",
-            "add --custom-generate-function-path that fills the samples, or drop --disable-rollout-global-dataset")
+    if not a.rollout_global_dataset and a.rollout_function_path == F._DEFAULT_ROLLOUT_FN:
+        err("rollout_global_dataset", "slime's generate_rollout asserts the global dataset "
+            "(sglang_rollout.py:641, `assert args.rollout_global_dataset`)",
+            "drop --disable-rollout-global-dataset (or pass a --rollout-function-path that needs no dataset)")
+    if a.rollout_max_context_len is not None:  # slime arguments.py:2027-2035
+        if a.rollout_max_prompt_len is None:
+            a.rollout_max_prompt_len = a.rollout_max_context_len - 1
+        elif a.rollout_max_prompt_len > a.rollout_max_context_len - 1:
+            err("rollout_max_prompt_len", f"must be below --rollout-max-context-len {a.rollout_max_context_len} "
+                "so at least one token is generated (slime asserts it)", value=a.rollout_max_prompt_len)
     if a.rollout_temperature is None or a.rollout_temperature <= 0:
         err("rollout_temperature", "must be > 0 (slime #2297)", value=a.rollout_temperature)
     if a.rollout_max_response_len is None or a.rollout_max_response_len <= 0:
