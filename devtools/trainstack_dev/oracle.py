@@ -59,16 +59,25 @@ def as_parsed(spec: Any, value: Any) -> Any:
 def judge(overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judgement:
     """Compose, resolve, validate (rule by rule) and render; never raises ConfigErrors. `skip`
     names rules to leave out (the mutation test disables each rule in turn)."""
-    from trainstack.argtable import load_table
     from trainstack.errors import ConfigErrors
     from trainstack.pipeline import compose
+
+    try:
+        cfg, origin = compose([*PLACEHOLDER_OVERRIDES, *overrides])
+    except ConfigErrors as err:
+        return Judgement(list(overrides), False, ["resolve"], sorted({e.key for e in err.errors}))
+    return judge_composed(cfg, origin, overrides, skip)
+
+
+def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judgement:
+    """judge() from a config Hydra already composed (the per-dest oracle composes each base once)."""
+    from trainstack.argtable import load_table
+    from trainstack.errors import ConfigErrors
     from trainstack.render import render
     from trainstack.resolve import resolve
     from trainstack.validate import RULES, Ctx
 
-    full = [*PLACEHOLDER_OVERRIDES, *overrides]
     try:
-        cfg, origin = compose(full)
         run = resolve(cfg, origin)
     except ConfigErrors as err:
         return Judgement(list(overrides), False, ["resolve"], sorted({e.key for e in err.errors}))
