@@ -107,14 +107,38 @@ def settle(slime: Slime, base: str, batch: list[Probe], out: list[dict]) -> None
             settle(slime, base, batch[half:], out)
         return
     out.append(entry(eid, base, batch, [], j, v))
+    tc = v.get("transformer_config") or {}
     print(f"{'ok ' if clean else 'NO '}{'ts-ok ' if j.accepted else 'ts-NO '}{eid} {len(batch)} probes"
           + ("" if clean and j.accepted else f"  {[p.key for p in batch]} {j.rules} "
-             f"{str(v.get('error') or v.get('problems') or v.get('not_as_intended'))[:200]}"), file=sys.stderr)
+             f"{str(v.get('error') or v.get('problems') or v.get('not_as_intended') or tc.get('error'))[:200]}"),
+          file=sys.stderr)
+
+
+def clean(e: dict) -> bool:
+    """Both sides accept the entry and every dest landed: its probes can share an argv."""
+    return e["trainstack"]["accepted"] and upstream_ok(e["slime"]) and not e["slime"].get("not_as_intended")
+
+
+def consolidate(slime: Slime, out: list[dict]) -> list[dict]:
+    """Bisection leaves clean fragments (a half that passed): merge them per base into full
+    batches again (re-parsed; an interaction splits as before), so CI re-judges fewer argvs."""
+    keep = [e for e in out if not clean(e) or not e["probes"]]
+    by_key = {p.key: p for p in probes()}
+    merged: list[dict] = []
+    for base in dict.fromkeys(e["base"] for e in out):
+        ps = [by_key[f"{d}/{c}"] for e in out if clean(e) and e["base"] == base and e["probes"] for d, c, _ in e["probes"]]
+        for i in range(0, len(ps), BATCH):
+            settle(slime, base, ps[i:i + BATCH], merged)
+    entries = keep + merged
+    for i, e in enumerate(entries):
+        e["id"] = f"{e['base']}/{i:04d}"
+    return entries
 
 
 def entry(eid: str, base: str, batch: list[Probe], env_overrides: list[str], j: Judgement, v: dict) -> dict:
     return {"id": eid, "base": base, "probes": [[p.dest, p.case, p.override] for p in batch],
             "env_overrides": env_overrides, "argv": j.argv, "env": j.env,
+            "intended": {p.dest: j.intended.get(p.dest) for p in batch},
             "trainstack": {"accepted": j.accepted, "rules": j.rules, "error_keys": j.error_keys}, "slime": v}
 
 
@@ -135,6 +159,9 @@ def record() -> None:
         j = judge([*BASES[base], *env_ov])
         eid = f"{base}/env"
         out.append(entry(eid, base, [], env_ov, j, slime.ask(j, eid)))
+    first = slime.parses
+    out = consolidate(slime, out)
+    print(f"consolidated: {len(out)} entries ({slime.parses - first} parses)", file=sys.stderr)
     slime.close()
     from trainstack.argtable import load_table
 
