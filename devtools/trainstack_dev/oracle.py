@@ -98,6 +98,9 @@ def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozen
 
     for d in NONE_READ_AS_FALSE & {d for d, v in intended.items() if v is False}:
         intended[d] = None  # no flag renders false: slime holds its default None, which Megatron reads as false
+    for d in [d for d, v in intended.items() if v is False and table[d].is_switch and table[d].default is None
+              and not table[d].true_flag and not table[d].false_flag]:
+        intended[d] = None  # a removed option kept as a no-op (no flag at all): false renders nothing, as meant
     from trainstack import hooks
 
     files: dict[str, str] = {}

@@ -50,6 +50,8 @@ SECRET = ("a secret: resolve refuses it in configs (it would land in saved confi
 # Values the kind alone does not give (Megatron/SGLang converters: a value their type accepts).
 VALUES: dict[str, list[tuple[str, Any]]] = {
     "cuda_graph_scope": [("any", ["attn"])],
+    "phase_transition_iterations": [("str", "10,20")],  # Megatron splits it into ints
+    "rollout_external_engine_addrs": [("list", ["10.0.0.1:30000"])],  # host:port, checked while parsing
 }
 
 
@@ -113,8 +115,15 @@ def base_of(dest: str) -> str:
         return "pp"
     if "context_parallel" in d or d.startswith("cp_") or d.endswith("_cp") or d in ("hierarchical_context_parallel_sizes",):
         return "cp"
-    if d.startswith("rollout_num_gpus") or d in ("use_fault_tolerance",):
+    if d.startswith("rollout_num_gpus") or d.startswith("update_weight") or d in ("use_fault_tolerance",):
         return "noncolocated"
+    if d in ("partial_rollout", "mask_offpolicy_in_partial_rollout", "update_weights_interval"):
+        return "async"
+    if d in ("loss_type", "loss_mask_type", "calculate_per_token_loss"):
+        return "sft"
+    if d in ("actor_num_nodes", "actor_num_gpus_per_node", "num_gpus_per_node", "distributed_timeout_minutes",
+             "num_distributed_optimizer_instances"):
+        return "multinode"
     return "dense"
 
 
@@ -128,6 +137,7 @@ def values_of(spec) -> list[tuple[str, Any]]:
     if spec.dest in VALUES:
         return VALUES[spec.dest]
     d = spec.default
+    v: Any
     if spec.is_switch:
         if spec.kind == at.BOOL_OPTIONAL:
             return [("on", True), ("off", False)]
@@ -147,6 +157,9 @@ def values_of(spec) -> list[tuple[str, Any]]:
         return [("json", {"k": 1})]
     if vk == at.INT:
         v = 1 if not isinstance(d, int) or isinstance(d, bool) or d <= 0 else d * 2
+        if spec.nargs and spec.nargs.isdigit():  # a fixed count: that many, and one too few (refused)
+            n = int(spec.nargs)
+            return [("list", [v] * n), ("wrong_count", [v] * (n - 1))]
         return [("list" if spec.is_list else "int", [v, v] if spec.is_list else v)]
     if vk == at.FLOAT:
         v = 0.5 if not isinstance(d, (int, float)) or isinstance(d, bool) or d <= 0 else d / 2
@@ -156,7 +169,7 @@ def values_of(spec) -> list[tuple[str, Any]]:
     if vk == at.STR:
         name = spec.dest
         if any(h in name for h in PATH_HINTS):
-            v: Any = f"/DATA/{name}"
+            v = f"/DATA/{name}"
         else:
             v = "x"
         if spec.is_list:
@@ -245,7 +258,7 @@ def composed(base: str) -> tuple[Any, Any]:
     return copy.deepcopy(cfg), origin
 
 
-def judge_on_base(base: str, overrides: list[str]) -> Judgement:
+def judge_on_base(base: str, overrides: list[str], skip: frozenset[str] = frozenset()) -> Judgement:
     """judge([*BASES[base], *overrides]) with the base composed by Hydra once: the overrides (all
     `key=value`, which trainstack turns into `++key=value`) are applied as Hydra's compose applies
     them. The recording uses judge(); the test compares this one's argv, env and rules with it."""
@@ -266,13 +279,14 @@ def judge_on_base(base: str, overrides: list[str]) -> Judgement:
         return Judgement([*BASES[base], *overrides], False, ["resolve"], sorted({e.key for e in err.errors}))
     ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(normalised), cfg)
     origin = dataclasses.replace(origin0, overrides=[*origin0.overrides, *normalised])
-    return judge_composed(cfg, origin, [*BASES[base], *overrides])
+    return judge_composed(cfg, origin, [*BASES[base], *overrides], skip)
 
 
-def rejudge(entry: dict) -> Judgement:
-    """trainstack's judgement of a recorded entry, now (fast path; forced render as recorded)."""
+def rejudge(entry: dict, skip: frozenset[str] = frozenset()) -> Judgement:
+    """trainstack's judgement of a recorded entry, now (fast path; forced render as recorded);
+    `skip` leaves rules out (the mutation test)."""
     ps = [Probe(d, c, None, entry["base"]) for d, c, _ in entry["probes"]]
-    j = judge_on_base(entry["base"], [o for _, _, o in entry["probes"]] + entry["env_overrides"])
+    j = judge_on_base(entry["base"], [o for _, _, o in entry["probes"]] + entry["env_overrides"], skip)
     if j.argv is None and len(ps) == 1:
         value = parse_override_value(entry["probes"][0][2])
         return forced_render(entry["base"], Probe(ps[0].dest, ps[0].case, value, entry["base"]), j)

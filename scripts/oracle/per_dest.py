@@ -2,6 +2,7 @@
 
     python scripts/oracle/per_dest.py plan      # probes per base, exclusions (no slime needed)
     python scripts/oracle/per_dest.py record    # (make oracle) -> tests/oracle/per_dest_oracle.json
+    python scripts/oracle/per_dest.py retrack   # re-judge trainstack's column only (a rule changed)
 
 The probes and bases are in devtools/trainstack_dev/per_dest.py. slime's parser takes ~1 s per
 argv, so probes are batched, BATCH of one base per argv. A batch that trainstack accepts and slime
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,6 +172,22 @@ def record() -> None:
     write(meta, out)
 
 
+def retrack() -> None:
+    """Re-judge trainstack's column of every recorded entry (a rule added or changed that leaves every
+    argv as recorded; slime's verdicts stand). Refuses when an argv or env drifted."""
+    from trainstack_dev.oracle import judge
+
+    oracle = json.loads(PER_DEST_PATH.read_text(encoding="utf-8"))
+    by_key = {p.key: p for p in probes()}
+    for e in oracle["entries"]:
+        batch = [by_key[f"{d}/{c}"] for d, c, _ in e["probes"]]
+        j = judge_probes(e["base"], batch) if batch else judge([*BASES[e["base"]], *e["env_overrides"]])
+        if j.argv != e["argv"] or j.env != e["env"]:
+            raise SystemExit(f"{e['id']}: the argv or env drifted; run `make oracle` instead")
+        e["trainstack"] = {"accepted": j.accepted, "rules": j.rules, "error_keys": j.error_keys}
+    write(oracle["meta"], oracle["entries"])
+
+
 def write(meta: dict, entries: list[dict]) -> None:
     PER_DEST_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(PER_DEST_PATH, "w", encoding="utf-8") as f:
@@ -187,8 +203,6 @@ def plan() -> None:
     ps = probes()
     print(f"{len(ps)} probes over {len({p.dest for p in ps})} dests; {len(excluded())} dests excluded; by base: "
           f"{dict(Counter(p.base for p in ps))}; by case: {dict(Counter(p.case for p in ps))}")
-    for p in ps[:0]:
-        print(asdict(p))
 
 
 def main(argv: list[str]) -> int:
@@ -197,6 +211,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["record"]:
         record()
+        return 0
+    if argv == ["retrack"]:
+        retrack()
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -64,9 +64,12 @@ try:
         for _n in _names:
             if getattr(_m, _n, None) is None:
                 setattr(_m, _n, lambda *a, **k: None)
-    from megatron.training.arguments import core_transformer_config_from_args as _tc_from_args
-    _tc_cfg = _tc_from_args(ns)
-    _tc = {"ok": True, "class": type(_tc_cfg).__name__}
+    if getattr(ns, "debug_rollout_only", False):  # slime builds no Megatron model in a rollout-only run
+        _tc = {"ok": True, "skipped": "debug_rollout_only"}
+    else:
+        from megatron.training.arguments import core_transformer_config_from_args as _tc_from_args
+        _tc_cfg = _tc_from_args(ns)
+        _tc = {"ok": True, "class": type(_tc_cfg).__name__}
 except BaseException as _e:
     _fr = traceback.extract_tb(_e.__traceback__)[-1]
     _tc = {"ok": False, "error": "%s: %s [at %s:%s `%s`]" % (type(_e).__name__, str(_e)[:500],
