@@ -198,15 +198,15 @@ def moe_a2a_overlap(ctx: Ctx) -> list[ConfigError]:
 
 
 # Megatron arguments.py:414-428, 786, 822 (found by the per-dest oracle, issue #24): options the
-# parser still accepts and validate_args refuses whenever they are set (or, for the encoder ones,
-# whenever the model's own option is, which every trainstack model preset sets).
+# parser still accepts and validate_args refuses whenever they are set (encoder_num_layers: whenever
+# num_layers is, which every trainstack model preset sets; slime always sets seq_length).
 REMOVED_OPTIONS = {
     "batch_size": ("micro_batch_size", None),
     "warmup": ("lr_warmup_fraction", None),
     "model_parallel_size": ("tensor_model_parallel_size", None),
     "checkpoint_activations": ("recompute_activations", None),
     "encoder_num_layers": ("num_layers", "num_layers"),
-    "encoder_seq_length": ("seq_length", "seq_length"),
+    "encoder_seq_length": ("seq_length", None),
 }
 
 
@@ -255,7 +255,6 @@ EXCLUDES: tuple[tuple[str, str, str], ...] = (
     ("multi_latent_attention", "group_query_attention", "arguments.py:1289"),
     ("squared_relu", "swiglu", "arguments.py:1362"),
     ("quick_geglu", "swiglu", "arguments.py:1365"),
-    ("distribute_saved_activations", "sequence_parallel", "transformer_config.py:1217"),
     ("recompute_activations", "recompute_method", "arguments.py:899"),
 )
 
