@@ -98,10 +98,6 @@ def hydra_value(v: Any) -> str:
     raise TypeError(v)
 
 
-def _choice_values(spec) -> list:
-    return [c for c in (spec.choice_values() or ())]
-
-
 def base_of(dest: str) -> str:
     """The base config where a dest matters."""
     d = dest
@@ -144,7 +140,7 @@ def values_of(spec) -> list[tuple[str, Any]]:
         if d is None:
             return [("on", True), ("off", False)]
         return [("on", True)] if not d else [("off", False)]
-    choices = _choice_values(spec)
+    choices = list(spec.choice_values() or ())
     if choices:
         default = str(d).split(".", 1)[1] if isinstance(d, str) and "." in d and d[:1].isupper() else d
         other = [c for c in choices if c != default and c is not None]
@@ -196,17 +192,6 @@ def probes() -> list[Probe]:
             bad = int(bad)
         out.append(Probe(dest, "out_of_range", bad, base_of(dest)))
     return out
-
-
-def faithful_render(base: str, batch: list[Probe]) -> Judgement:
-    """trainstack's judgement of a batch on its base."""
-    return judge([*BASES[base], *(p.override for p in batch)])
-
-
-def landed(j: Judgement, verdict: dict, batch: list[Probe]) -> list[str]:
-    """Probes whose dest does not hold what trainstack meant (empty: all landed)."""
-    bad = {x["dest"] for x in verdict.get("not_as_intended") or []}
-    return [p.key for p in batch if p.dest in bad]
 
 
 def forced_render(base: str, probe: Probe, refusal: Judgement) -> Judgement:
