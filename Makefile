@@ -55,7 +55,7 @@ bench-lium: $(STAMP)
 	$(PY) benchmarks/commander_latency.py
 	$(PY) benchmarks/lium_recovery.py
 
-# The slime parse oracle (docs/validation.md): needs slime's real parser, built once with
+# The slime parse oracle (docs/slime_oracle.md): the corpus, then every dest of slime's table (per_dest.py); needs slime's real parser, built once with
 # shared/tools/slime-parse/setup.sh into $(SLIME_PARSE_HOME). CI only checks the recorded file.
 SLIME_PARSE_HOME ?= $(CURDIR)/.cache/slime-parse
 SLIME_PARSE_TOOL ?= $(CURDIR)/../shared/tools/slime-parse/slime_real_parse.py
@@ -66,3 +66,5 @@ oracle: $(STAMP)
 	SLIME_PARSE_HOME=$(SLIME_PARSE_HOME) SLIME_PARSE_TOOL=$(SLIME_PARSE_TOOL) \
 	  $(SLIME_PARSE_HOME)/venv/bin/python scripts/oracle/real_parse.py .cache/oracle/rendered.json .cache/oracle/verdicts.json --verify 3
 	$(PY) scripts/oracle/corpus.py record .cache/oracle/rendered.json .cache/oracle/verdicts.json
+	SLIME_PARSE_HOME=$(SLIME_PARSE_HOME) SLIME_PARSE_TOOL=$(SLIME_PARSE_TOOL) \
+	  $(PY) scripts/oracle/per_dest.py record

@@ -157,3 +157,20 @@ def test_non_finite_numbers_are_refused(override):
     with pytest.raises(ConfigErrors) as err:
         build_from_overrides([*RL, override])
     assert "finite" in err.value.render() and override.split("=")[0] in err.value.render()
+
+
+@settings(max_examples=25, deadline=None)
+@given(count=st.integers(min_value=0, max_value=6))
+def test_fixed_count_lists_take_exactly_that_many_values(parser, count):
+    """The per-dest oracle (issue #24) found `args.rampup_batch_size=[1,1]` accepted while Megatron's
+    argparse (nargs=3) exits: a dest with a fixed value count refuses any other count, and the count it
+    takes parses to the list."""
+    table = at.load_table()
+    fixed = [s for s in table.specs.values() if s.nargs and s.nargs.isdigit() and s.kind != at.APPEND]
+    assert fixed  # rampup_batch_size
+    for spec in fixed:
+        value = [1 if spec.value_kind == at.INT else "a"] * count
+        errs = check_dest_value(spec, value, f"args.{spec.dest}", "test")
+        assert bool(errs) == (count != int(spec.nargs)), (spec.dest, count)
+        if not errs:
+            assert parsed(parser, render_dest(spec, value))[spec.dest] == value

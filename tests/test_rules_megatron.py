@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from trainstack.argtable import load_table
 from trainstack.errors import ConfigErrors
+from trainstack.megatron_rules import REMOVED_OPTIONS
 from trainstack.pipeline import build_from_overrides
 
 RL = ["experiment=qwen3-4B-grpo-dapo"]
@@ -63,6 +64,11 @@ CASES = [
     ("CUDA_DEVICE_MAX_CONNECTIONS removed with TP", [*RL, "runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=null"],
      "runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS",
      [*RL, "model.tensor_model_parallel_size=1", "runtime_env.env_vars.CUDA_DEVICE_MAX_CONNECTIONS=null"]),
+    # the per-dest oracle: Megatron counts the embedding (and the loss) as a layer of the PP split (arguments.py:564-570)
+    ("embedding counted in the PP split", [*Q32_PP4, "args.account_for_embedding_in_pipeline_split=true"],
+     "model.pipeline_model_parallel_size", [*Q32_PP4, "args.account_for_embedding_in_pipeline_split=true",
+                                            "model.pipeline_model_parallel_size=2", "cluster.num_nodes=1",
+                                            "args.account_for_loss_in_pipeline_split=true"]),
 ]
 
 
@@ -273,3 +279,41 @@ def test_a_gpu_model_on_the_cpu_backend_and_the_tiny_model_on_it_are_judged_apar
         build_from_overrides(["model=qwen3-4B", "cluster=local_cpu"])
     assert [e for e in err.value.errors if e.key == "model" and "cannot train a 4" in e.problem]
     assert build_from_overrides(["experiment=cpu-agentic"])  # the tiny model on its own backend stays valid
+
+
+PARTNER_VALUES = [None, False, True, 2, "flex", "alltoall", "torch", "torch_dist", "inference_optimized", "e4m3"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_option_pairs_refuse_exactly_a_missing_or_clashing_partner(data):
+    """The per-dest oracle's Megatron asserts between two options (megatron_rules.NEEDS/EXCLUDES): an
+    option that is on is refused exactly when its partner is not what it needs (or, for an exclusion,
+    is on too); an option that is off never is."""
+    from trainstack import megatron_rules as mr
+
+    pairs = [(d, o, ok) for d, o, ok, _, _ in mr.NEEDS] + [(d, o, None) for d, o, _ in mr.EXCLUDES]
+    dest, other, ok = data.draw(st.sampled_from(pairs))
+    on, partner = data.draw(st.booleans()), data.draw(st.sampled_from(PARTNER_VALUES))
+    args = {dest: (4 if load_table()[dest].value_kind == "int" else True) if on else None, other: partner}
+    ctx = _fake_ctx(args)
+    ctx.is_set = lambda d: args.get(d) is not None
+    errs = mr.option_pairs(ctx)  # type: ignore[arg-type]
+    clash = (not ok(partner)) if ok else partner not in (None, False, 0, "")
+    assert bool(errs) == (on and clash), (dest, other, partner)
+    assert all(e.key == f"args.{dest}" and other in e.fix for e in errs)
+
+
+@pytest.mark.parametrize("dest", sorted(REMOVED_OPTIONS))
+def test_removed_megatron_options_are_refused_when_set(dest):
+    """Megatron's validate_args refuses these whenever they are set (encoder_num_layers: next to num_layers)."""
+    from trainstack import megatron_rules as mr
+
+    use, only_with = mr.REMOVED_OPTIONS[dest]
+    for value, partner, refused in [(None, 32, False), (8, 32, True), (8, None, only_with is None)]:
+        args = {dest: True if load_table()[dest].is_switch and value else value, "num_layers": partner}
+        ctx = _fake_ctx(args)
+        ctx.is_set = lambda d, args=args: args.get(d) is not None
+        errs = mr.removed_options(ctx)  # type: ignore[arg-type]
+        assert bool(errs) == refused, (dest, value, partner)
+        assert all(use in e.fix for e in errs)

@@ -135,7 +135,16 @@ def test_disabling_a_rule_fails_the_oracle(rule):
     disagreement on a corpus entry that this rule alone refuses (upstream refuses it, or it is an
     invalid/* case), so a rule cannot regress with the oracle staying green."""
     sole = [e for e in ENTRIES if e["trainstack"]["rules"] == [rule] and (upstream_refuses(e) or e["kind"] == "invalid")]
-    assert sole, f"no corpus entry is refused by {rule} alone: add an invalid/* case to scripts/oracle/corpus.py"
+    if not sole:  # the per-dest oracle's single probes (tests/test_per_dest_oracle.py) count too
+        from test_per_dest_oracle import ENTRIES as PER_DEST
+        from test_per_dest_oracle import disagreement as per_dest_disagreement
+
+        per_dest = [e for e in PER_DEST if e["trainstack"]["rules"] == [rule] and upstream_refuses(e)]
+        assert per_dest, (f"no corpus entry is refused by {rule} alone: add an invalid/* case to "
+                          "scripts/oracle/corpus.py")
+        assert per_dest_disagreement(per_dest[0]) is None, per_dest[0]["id"]
+        assert per_dest_disagreement(per_dest[0], skip=frozenset({rule})) is not None, per_dest[0]["id"]
+        return
     mutant = judge(sole[0]["overrides"], skip=frozenset({rule}))
     assert disagreement(sole[0], mutant) is not None, sole[0]["id"]
 

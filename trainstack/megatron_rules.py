@@ -8,7 +8,7 @@ on the GPU nodes when the trainer starts. Registered through upstream_rules (one
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from trainstack.errors import ConfigError
 from trainstack.rulebook import rule
@@ -194,4 +194,81 @@ def moe_a2a_overlap(ctx: Ctx) -> list[ConfigError]:
         out.append(ctx.err(key, "with pipeline parallelism needs a virtual pipeline", "set "
                            f"{ctx.key('num_virtual_stages_per_pipeline_rank')}=N (N > 1)",
                            "pipeline_model_parallel_size"))
+    return out
+
+
+# Megatron arguments.py:414-428, 786, 822 (found by the per-dest oracle, issue #24): options the
+# parser still accepts and validate_args refuses whenever they are set (encoder_num_layers: whenever
+# num_layers is, which every trainstack model preset sets; slime always sets seq_length).
+REMOVED_OPTIONS = {
+    "batch_size": ("micro_batch_size", None),
+    "warmup": ("lr_warmup_fraction", None),
+    "model_parallel_size": ("tensor_model_parallel_size", None),
+    "checkpoint_activations": ("recompute_activations", None),
+    "encoder_num_layers": ("num_layers", "num_layers"),
+    "encoder_seq_length": ("seq_length", None),
+}
+
+
+@rule
+def removed_options(ctx: Ctx) -> list[ConfigError]:
+    """Megatron asserts (or exits) when one of REMOVED_OPTIONS is set: the run dies in validate_args."""
+    out = []
+    for dest, (use, only_with) in REMOVED_OPTIONS.items():
+        if ctx.get(dest) in (None, False) or (only_with and not ctx.is_set(only_with)):
+            continue
+        out.append(ctx.err(dest, f"is no longer valid in Megatron (validate_args refuses it{f' next to {only_with}' if only_with else ''})",
+                           f"remove {ctx.key(dest)}; use {ctx.key(use)}"))
+    return out
+
+
+def _on(v: object) -> bool:
+    return v not in (None, False, 0, "")
+
+
+# Megatron asserts between two options (validate_args in megatron/training/arguments.py,
+# TransformerConfig.__post_init__ in megatron/core/transformer/transformer_config.py), each found by
+# the per-dest oracle (issue #24) on a preset that sets the other one. (dest, other, the other's value
+# the dest needs, what to write, where Megatron asserts it).
+NEEDS: tuple[tuple[str, str, Callable[[Any], bool], str, str], ...] = (
+    ("fp4_param", "fp4", _on, "an FP4 format (fp4=e2m1)", "arguments.py:665"),
+    ("fp8_param_gather", "fp8", _on, "an FP8 format (fp8=e4m3|hybrid)", "transformer_config.py:1057"),
+    ("replication", "replication_jump", _on, "replication_jump", "arguments.py:1207"),
+    ("fp16_lm_cross_entropy", "fp16", _on, "fp16=true", "arguments.py:846"),
+    ("overlap_param_gather_with_optimizer_step", "overlap_param_gather", _on, "overlap_param_gather=true",
+     "arguments.py:638"),
+    ("fsdp_manual_registration", "use_megatron_fsdp", _on, "use_megatron_fsdp=true", "arguments.py:696"),
+    ("hybrid_context_parallel", "calculate_per_token_loss", _on, "calculate_per_token_loss=true", "arguments.py:922"),
+    ("moe_router_group_topk", "moe_router_num_groups", _on, "moe_router_num_groups", "transformer_config.py:1679"),
+    ("moe_enable_deepep", "moe_token_dispatcher_type", lambda v: v == "flex", "moe_token_dispatcher_type=flex",
+     "transformer_config.py:1094"),
+    ("delay_wgrad_compute", "overlap_moe_expert_parallel_comm", _on, "overlap_moe_expert_parallel_comm=true",
+     "transformer_config.py:1939"),
+    ("ep_overlap_early_attn_memory_release", "overlap_moe_expert_parallel_comm", _on,
+     "overlap_moe_expert_parallel_comm=true", "transformer_config.py:1952"),
+    ("inference_fuse_tp_communication", "transformer_impl", lambda v: v == "inference_optimized",
+     "transformer_impl=inference_optimized", "transformer_config.py:2036"),
+    ("use_legacy_models", "ckpt_format", lambda v: v == "torch", "ckpt_format=torch", "arguments.py:310"),
+)
+# (dest, other it cannot go with, where Megatron asserts it)
+EXCLUDES: tuple[tuple[str, str, str], ...] = (
+    ("multi_latent_attention", "group_query_attention", "arguments.py:1289"),
+    ("squared_relu", "swiglu", "arguments.py:1362"),
+    ("quick_geglu", "swiglu", "arguments.py:1365"),
+    ("recompute_activations", "recompute_method", "arguments.py:899"),
+)
+
+
+@rule
+def option_pairs(ctx: Ctx) -> list[ConfigError]:
+    """NEEDS and EXCLUDES: an option Megatron refuses without (or next to) another one."""
+    out = []
+    for dest, other, ok, what, where in NEEDS:
+        if _on(ctx.get(dest)) and not ok(ctx.get(other)):
+            out.append(ctx.err(dest, f"needs {what} (Megatron {where} asserts it)",
+                               f"set {ctx.key(other)} as needed, or remove {ctx.key(dest)}", other))
+    for dest, other, where in EXCLUDES:
+        if _on(ctx.get(dest)) and _on(ctx.get(other)):
+            out.append(ctx.err(dest, f"cannot go with {other} (Megatron {where} asserts it)",
+                               f"remove {ctx.key(dest)} or {ctx.key(other)}", other))
     return out

@@ -258,6 +258,9 @@ def check_dest_value(spec: at.ArgSpec, value: Any, key: str, source: str) -> lis
             return bad(f"{spec.flag} takes a list", f"write {key}=[a,b]")
         if spec.nargs == "+" and not value:
             return bad(f"{spec.flag} needs at least one value", f"give values or set {key}=null")
+        if spec.kind != at.APPEND and spec.nargs is not None and spec.nargs.isdigit() and len(value) != int(spec.nargs):
+            return bad(f"{spec.flag} takes exactly {spec.nargs} values, got {len(value)} (argparse refuses other counts)",
+                       f"write {key}=[{', '.join(['v'] * int(spec.nargs))}]")
     elif isinstance(value, list) and spec.value_kind not in (at.JSON, at.ANY):
         return bad(f"{spec.flag} takes one value, not a list", f"give a single {spec.value_kind}")
     if spec.value_kind == at.JSON:

@@ -321,10 +321,12 @@ def parallel_layout(ctx: Ctx) -> list[ConfigError]:
                            "actor_num_gpus_per_node"))
     layers = ctx.get("num_layers")
     uneven = ctx.is_set("decoder_first_pipeline_num_layers") or ctx.is_set("decoder_last_pipeline_num_layers")
-    if isinstance(layers, int) and pp > 1 and layers % pp and not uneven:
-        out.append(ctx.err("pipeline_model_parallel_size", f"num_layers {layers} is not divisible by "
-                           f"pipeline-parallel size {pp}", "pick a PP size that divides the layer count, or set "
-                           "decoder_first/last_pipeline_num_layers", "num_layers"))
+    # Megatron arguments.py:564-570 counts the embedding and the loss as a layer each when asked to
+    counted = [d for d in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split") if ctx.get(d)]
+    if isinstance(layers, int) and pp > 1 and (layers + len(counted)) % pp and not uneven:
+        out.append(ctx.err("pipeline_model_parallel_size", f"num_layers {layers}{''.join(f' + 1 ({d})' for d in counted)} "
+                           f"is not divisible by pipeline-parallel size {pp}", "pick a PP size that divides the layer "
+                           "count, or set decoder_first/last_pipeline_num_layers", "num_layers", *counted))
     ep, experts = int(ctx.get("expert_model_parallel_size") or 1), ctx.get("num_experts")
     if isinstance(experts, int) and experts % ep:
         out.append(ctx.err("expert_model_parallel_size", f"{experts} experts cannot be split over EP={ep}",

@@ -59,16 +59,25 @@ def as_parsed(spec: Any, value: Any) -> Any:
 def judge(overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judgement:
     """Compose, resolve, validate (rule by rule) and render; never raises ConfigErrors. `skip`
     names rules to leave out (the mutation test disables each rule in turn)."""
-    from trainstack.argtable import load_table
     from trainstack.errors import ConfigErrors
     from trainstack.pipeline import compose
+
+    try:
+        cfg, origin = compose([*PLACEHOLDER_OVERRIDES, *overrides])
+    except ConfigErrors as err:
+        return Judgement(list(overrides), False, ["resolve"], sorted({e.key for e in err.errors}))
+    return judge_composed(cfg, origin, overrides, skip)
+
+
+def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judgement:
+    """judge() from a config Hydra already composed (the per-dest oracle composes each base once)."""
+    from trainstack.argtable import load_table
+    from trainstack.errors import ConfigErrors
     from trainstack.render import render
     from trainstack.resolve import resolve
     from trainstack.validate import RULES, Ctx
 
-    full = [*PLACEHOLDER_OVERRIDES, *overrides]
     try:
-        cfg, origin = compose(full)
         run = resolve(cfg, origin)
     except ConfigErrors as err:
         return Judgement(list(overrides), False, ["resolve"], sorted({e.key for e in err.errors}))
@@ -89,6 +98,9 @@ def judge(overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judge
 
     for d in NONE_READ_AS_FALSE & {d for d, v in intended.items() if v is False}:
         intended[d] = None  # no flag renders false: slime holds its default None, which Megatron reads as false
+    for d in [d for d, v in intended.items() if v is False and table[d].is_switch and table[d].default is None
+              and not table[d].true_flag and not table[d].false_flag]:
+        intended[d] = None  # a removed option kept as a no-op (no flag at all): false renders nothing, as meant
     from trainstack import hooks
 
     files: dict[str, str] = {}

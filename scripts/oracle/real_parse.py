@@ -64,9 +64,12 @@ try:
         for _n in _names:
             if getattr(_m, _n, None) is None:
                 setattr(_m, _n, lambda *a, **k: None)
-    from megatron.training.arguments import core_transformer_config_from_args as _tc_from_args
-    _tc_cfg = _tc_from_args(ns)
-    _tc = {"ok": True, "class": type(_tc_cfg).__name__}
+    if getattr(ns, "debug_rollout_only", False):  # slime builds no Megatron model in a rollout-only run
+        _tc = {"ok": True, "skipped": "debug_rollout_only"}
+    else:
+        from megatron.training.arguments import core_transformer_config_from_args as _tc_from_args
+        _tc_cfg = _tc_from_args(ns)
+        _tc = {"ok": True, "class": type(_tc_cfg).__name__}
 except BaseException as _e:
     _fr = traceback.extract_tb(_e.__traceback__)[-1]
     _tc = {"ok": False, "error": "%s: %s [at %s:%s `%s`]" % (type(_e).__name__, str(_e)[:500],
@@ -173,8 +176,67 @@ def verdict(report: dict) -> dict:
     return v
 
 
+def parse_row(check, row: dict, work: str) -> dict:
+    """slime's verdict on one rendered row, with Megatron's TransformerConfig where the parse passed."""
+    global TC_OUT
+    TC_OUT = os.path.join(work, "transformer_config.json")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(TC_OUT)
+    try:
+        rep = check_one(check, row, work, forked=True)
+    finally:
+        TC_OUT = ""
+    v = verdict(rep)
+    tc_file = os.path.join(work, "transformer_config.json")
+    if v.get("ok") and os.path.exists(tc_file):
+        with open(tc_file) as f:
+            v["transformer_config"] = json.load(f)
+    return v
+
+
+def versions(tool: str) -> dict:
+    """The pins of the checker's environment (slime, Megatron, SGLang...), recorded with the verdicts."""
+    import importlib.metadata as md
+
+    pins = {}
+    with open(os.path.join(os.path.dirname(os.path.abspath(tool)), "setup.sh")) as f:
+        for line in f:
+            for key in ("SLIME_COMMIT", "MEGATRON_COMMIT", "SERVER_ARGS_PATCHED"):
+                if line.startswith(key + "="):
+                    pins[key.lower()] = line.split("=", 1)[1].strip()
+    return {**pins, "sglang": md.version("sglang"), "sglang_router": md.version("sglang-router"),
+            "transformers": md.version("transformers"), "checker": "shared/tools/slime-parse/slime_real_parse.py"}
+
+
+def serve(check) -> int:
+    """`--serve`: one rendered row (JSON) per stdin line -> one `@@` + verdict JSON line on stdout,
+    so a caller can bisect batches adaptively without paying the preload again."""
+    print("@@" + json.dumps({"ready": versions(check.__file__)}), flush=True)
+    with tempfile.TemporaryDirectory() as work:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            t = time.time()
+            v = parse_row(check, row, work)
+            v["seconds"] = round(time.time() - t, 2)
+            print("@@" + json.dumps(v), flush=True)
+    return 0
+
+
 def main() -> int:
     args = sys.argv[1:]
+    if args == ["--serve"]:
+        tool = os.environ.get("SLIME_PARSE_TOOL", "")
+        if not os.path.isfile(tool):
+            print(f"real_parse.py: slime_real_parse.py not found at {tool!r}: set SLIME_PARSE_TOOL", file=sys.stderr)
+            return 2
+        check = load_check(tool)
+        t0 = time.time()
+        preload(check)
+        print(f"preloaded slime's parser in {time.time() - t0:.1f} s", file=sys.stderr)
+        check.subprocess = types.SimpleNamespace(run=forked_run, TimeoutExpired=subprocess.TimeoutExpired)
+        return serve(check)
     verify = 0
     if "--verify" in args:
         i = args.index("--verify")
@@ -197,38 +259,18 @@ def main() -> int:
     check.subprocess = types.SimpleNamespace(run=forked_run, TimeoutExpired=subprocess.TimeoutExpired)
     out, mismatches = [], []
     with tempfile.TemporaryDirectory() as work:
-        global TC_OUT
         for i, row in enumerate(rows):
             t = time.time()
-            TC_OUT = os.path.join(work, "transformer_config.json")
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(TC_OUT)
-            rep = check_one(check, row, work, forked=True)
-            TC_OUT = ""
-            v = verdict(rep)
-            tc_file = os.path.join(work, "transformer_config.json")
-            if v.get("ok") and os.path.exists(tc_file):
-                with open(tc_file) as f:
-                    v["transformer_config"] = json.load(f)
+            v = parse_row(check, row, work)
             out.append({"id": row["id"], "slime": v})
-            print(f"{'pass' if rep.get('pass') else 'FAIL'} {time.time() - t:4.1f}s {row['id']}"
-                  + ("" if rep.get("pass") else f"  {str(rep.get('error') or rep.get('problems'))[:160]}"),
+            print(f"{'pass' if v.get('pass') else 'FAIL'} {time.time() - t:4.1f}s {row['id']}"
+                  + ("" if v.get("pass") else f"  {str(v.get('error') or v.get('problems'))[:160]}"),
                   file=sys.stderr)
             if i < verify:
                 ref = check_one(check, row, work, forked=False)
                 if verdict(ref) != {k: x for k, x in out[-1]["slime"].items() if k != "transformer_config"}:
                     mismatches.append(row["id"])
-    import importlib.metadata as md
-
-    pins = {}
-    with open(os.path.join(os.path.dirname(os.path.abspath(tool)), "setup.sh")) as f:
-        for line in f:
-            for key in ("SLIME_COMMIT", "MEGATRON_COMMIT", "SERVER_ARGS_PATCHED"):
-                if line.startswith(key + "="):
-                    pins[key.lower()] = line.split("=", 1)[1].strip()
-    meta = {**pins, "sglang": md.version("sglang"), "sglang_router": md.version("sglang-router"),
-            "transformers": md.version("transformers"), "checker": "shared/tools/slime-parse/slime_real_parse.py",
-            "seconds": round(time.time() - t0, 1)}
+    meta = {**versions(tool), "seconds": round(time.time() - t0, 1)}
     with open(args[1], "w") as f:
         json.dump({"meta": meta, "verdicts": out}, f, indent=1)
     passed = sum(1 for v in out if v["slime"].get("pass"))
