@@ -56,6 +56,8 @@ ALLOWED: dict[tuple[str, str], str] = {
                                              "not a slime flag",
     ("trainstack/completion.py", "--shell-completion"): "Hydra's own shell-completion option that `trainstack run` "
                                                         "passes through, not a slime flag",
+    ("trainstack/tiny/rollout.py", "eval_datasets"): "an attribute slime's own validation sets from eval_prompt_data "
+                                                       "(slime/utils/arguments.py _resolve_eval_datasets), not a CLI dest",
     ("trainstack/compare.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
     ("trainstack/inputs/prepare.py", "meta"): "a dest namespace's `meta:` block (the model's source, not a flag)",
     ("trainstack/overrides.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",

@@ -3,6 +3,7 @@
     python scripts/oracle/per_dest.py plan      # probes per base, exclusions (no slime needed)
     python scripts/oracle/per_dest.py record    # (make oracle) -> tests/oracle/per_dest_oracle.json
     python scripts/oracle/per_dest.py retrack   # re-judge trainstack's column only (a rule changed)
+    python scripts/oracle/per_dest.py refresh   # re-parse only the entries whose argv or env drifted
 
 The probes and bases are in devtools/trainstack_dev/per_dest.py. slime's parser takes ~1 s per
 argv, so probes are batched, BATCH of one base per argv. A batch that trainstack accepts and slime
@@ -188,6 +189,28 @@ def retrack() -> None:
     write(oracle["meta"], oracle["entries"])
 
 
+def refresh() -> None:
+    """Re-judge every entry; the ones whose argv or env drifted (a render or identity change) go to slime's
+    parser again, one argv each, keeping their probes and id; the others keep slime's recorded verdict."""
+    from trainstack_dev.oracle import judge
+
+    oracle = json.loads(PER_DEST_PATH.read_text(encoding="utf-8"))
+    by_key = {p.key: p for p in probes()}
+    slime: Slime | None = None
+    for i, e in enumerate(oracle["entries"]):
+        batch = [by_key[f"{d}/{c}"] for d, c, _ in e["probes"]]
+        j = judge_probes(e["base"], batch) if batch else judge([*BASES[e["base"]], *e["env_overrides"]])
+        if j.argv == e["argv"] and j.env == e["env"]:
+            e["trainstack"] = {"accepted": j.accepted, "rules": j.rules, "error_keys": j.error_keys}
+            continue
+        slime = slime or Slime()
+        oracle["entries"][i] = entry(e["id"], e["base"], batch, e["env_overrides"], j, slime.ask(j, e["id"]))
+        print(f"re-parsed {e['id']}", file=sys.stderr)
+    if slime is not None:
+        slime.close()
+    write(oracle["meta"], oracle["entries"])
+
+
 def write(meta: dict, entries: list[dict]) -> None:
     PER_DEST_PATH.parent.mkdir(parents=True, exist_ok=True)
     with open(PER_DEST_PATH, "w", encoding="utf-8") as f:
@@ -214,6 +237,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["retrack"]:
         retrack()
+        return 0
+    if argv == ["refresh"]:
+        refresh()
         return 0
     print(__doc__, file=sys.stderr)
     return 2
