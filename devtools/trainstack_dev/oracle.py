@@ -113,3 +113,12 @@ def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozen
 def load_oracle(path: Path = ORACLE_PATH) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def write_oracle(path: Path, meta: dict, entries: list[dict]) -> None:
+    """An oracle file: the meta on one line, then one entry per line (diffs of a re-recording stay readable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
+        f.write(",\n".join("  " + json.dumps(e, sort_keys=True) for e in entries))
+        f.write("\n]}\n")

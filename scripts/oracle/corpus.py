@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "devtools")]  # trainstack_dev (the oracle's judge) is not installed
 
-from trainstack_dev.oracle import ORACLE_PATH, judge  # noqa: E402
+from trainstack_dev.oracle import ORACLE_PATH, judge, write_oracle  # noqa: E402
 
 SEED = 20261122
 GPU_CLUSTERS = ["cluster=local_1xh100", "cluster=local_8xh100", *(
@@ -345,11 +345,7 @@ def retrack() -> None:
 
 
 def _write(meta: dict, entries: list[dict]) -> None:
-    ORACLE_PATH.parent.mkdir(parents=True, exist_ok=True)
-    with open(ORACLE_PATH, "w", encoding="utf-8") as f:
-        f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
-        f.write(",\n".join("  " + json.dumps(e, sort_keys=True) for e in entries))
-        f.write("\n]}\n")
+    write_oracle(ORACLE_PATH, meta, entries)
     print(f"wrote {ORACLE_PATH.relative_to(ROOT)}: {len(entries)} entries", file=sys.stderr)
 
 

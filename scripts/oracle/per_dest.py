@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "devtools")]  # trainstack_dev (the oracle's judge) is not installed
 
-from trainstack_dev.oracle import Judgement  # noqa: E402
+from trainstack_dev.oracle import Judgement, write_oracle  # noqa: E402
 from trainstack_dev.per_dest import (  # noqa: E402
     BASES, ENV_PROBES, PER_DEST_PATH, Probe, excluded, judge_probes, probes, refused_dests,
 )
@@ -76,36 +76,32 @@ def upstream_ok(v: dict) -> bool:
     return bool(v.get("pass")) and (v.get("transformer_config") or {"ok": True})["ok"]
 
 
+def split(slime: "Slime", base: str, batch: list[Probe], named: set[str], out: list[dict]) -> None:
+    """The probes a verdict names stand alone and the rest go on together; with none named (or all), halves."""
+    culprits = [p for p in batch if p.dest in named]
+    if culprits and len(culprits) < len(batch):
+        for p in culprits:
+            settle(slime, base, [p], out)
+        settle(slime, base, [p for p in batch if p.dest not in named], out)
+    else:
+        half = len(batch) // 2
+        settle(slime, base, batch[:half], out)
+        settle(slime, base, batch[half:], out)
+
+
 def settle(slime: Slime, base: str, batch: list[Probe], out: list[dict]) -> None:
     """Judge a batch; split it until every probe is covered by an entry both sides agree is clean,
     or stands alone."""
     j = judge_probes(base, batch)
     if len(batch) > 1 and not j.accepted:
-        named = refused_dests(j)
-        culprits = [p for p in batch if p.dest in named]
-        if culprits and len(culprits) < len(batch):
-            for p in culprits:
-                settle(slime, base, [p], out)
-            settle(slime, base, [p for p in batch if p.dest not in named], out)
-        else:
-            half = len(batch) // 2
-            settle(slime, base, batch[:half], out)
-            settle(slime, base, batch[half:], out)
+        split(slime, base, batch, refused_dests(j), out)
         return
     eid = f"{base}/{len(out):04d}"
     v = slime.ask(j, eid)
     clean = upstream_ok(v) and not v.get("not_as_intended")
     if len(batch) > 1 and not clean:
-        bad = {x["dest"] for x in v.get("not_as_intended") or []}
-        culprits = [p for p in batch if p.dest in bad]
-        if v.get("pass") and culprits and len(culprits) < len(batch):
-            for p in culprits:
-                settle(slime, base, [p], out)
-            settle(slime, base, [p for p in batch if p.dest not in bad], out)
-        else:
-            half = len(batch) // 2
-            settle(slime, base, batch[:half], out)
-            settle(slime, base, batch[half:], out)
+        bad = {x["dest"] for x in v.get("not_as_intended") or []} if v.get("pass") else set()
+        split(slime, base, batch, bad, out)
         return
     out.append(entry(eid, base, batch, [], j, v))
     tc = v.get("transformer_config") or {}
@@ -212,11 +208,7 @@ def refresh() -> None:
 
 
 def write(meta: dict, entries: list[dict]) -> None:
-    PER_DEST_PATH.parent.mkdir(parents=True, exist_ok=True)
-    with open(PER_DEST_PATH, "w", encoding="utf-8") as f:
-        f.write('{"meta": ' + json.dumps(meta, sort_keys=True) + ',\n "entries": [\n')
-        f.write(",\n".join("  " + json.dumps(e, sort_keys=True) for e in entries))
-        f.write("\n]}\n")
+    write_oracle(PER_DEST_PATH, meta, entries)
     print(f"wrote {PER_DEST_PATH.relative_to(ROOT)}: {len(entries)} entries, {meta['parses']} parses "
           f"({meta['parse_seconds']} s, {meta['seconds_per_argv']} s per argv), {meta['total_seconds']} s in all",
           file=sys.stderr)
