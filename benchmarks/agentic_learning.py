@@ -7,7 +7,11 @@ directory, then reads the run's metrics: the mean reward of the first and last r
 episode scores 0..2), the held-out eval before and after, the wall time of the whole command and
 of one rollout, and what the env server counted. Writes ``benchmarks/results/agentic_learning.json``.
 
-    .venv/bin/python benchmarks/agentic_learning.py [--num-rollout N] [--window K]
+    .venv/bin/python benchmarks/agentic_learning.py [--num-rollout N] [--window K] [--template thinking]
+
+`--template thinking` runs it through the tiny tokenizer's Qwen3-style thinking template (an empty think
+block in every generation prompt, dropped from the re-rendered history: trainstack/tiny/hf_tokenizer.py)
+and writes ``agentic_learning_thinking.json``.
 """
 from __future__ import annotations
 
@@ -32,12 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-rollout", type=int, default=4 if quick else 60)
     p.add_argument("--window", type=int, default=2 if quick else 10, help="rollouts averaged at each end")
-    p.add_argument("--out", default=None, help="default: benchmarks/results/agentic_learning.json")
+    p.add_argument("--template", choices=["plain", "thinking"], default="plain", help="the tiny model's chat template")
+    p.add_argument("--out", default=None, help="default: benchmarks/results/agentic_learning[_thinking].json")
     a = p.parse_args(argv)
-    a.out = a.out or str(benchlib.result_path("agentic_learning.json"))
+    thinking = a.template == "thinking"
+    a.out = a.out or str(benchlib.result_path("agentic_learning_thinking.json" if thinking else "agentic_learning.json"))
+    extra = ["model.hf_checkpoint=${paths.data_root}/chain_sum/tokenizer-thinking"] if thinking else []
     with tempfile.TemporaryDirectory(prefix="agentic-bench-") as tmp:
         cmd = [sys.executable, str(ROOT / "run.py"), "experiment=cpu-agentic", f"env.num_rollout={a.num_rollout}",
-               "run_id=agentic-bench"]
+               "run_id=agentic-bench", *extra]
         t0 = time.perf_counter()
         res = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
         wall = time.perf_counter() - t0
@@ -52,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     reward = [m["rollout/raw_reward"] for m in rollouts]
     k = a.window
     result = {
-        "command": "python run.py experiment=cpu-agentic " + f"env.num_rollout={a.num_rollout}",
+        "command": "python run.py experiment=cpu-agentic " + f"env.num_rollout={a.num_rollout}"
+                   + "".join(f" '{x}'" for x in extra),
+        "template": a.template,
+        "failed_frac_max": max(m.get("rollout/failed_frac", 0.0) for m in rollouts),
         "num_rollout": a.num_rollout,
         "samples_per_rollout": 64,
         "reward_first": round(statistics.mean(reward[:k]), 3),

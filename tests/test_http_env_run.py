@@ -106,6 +106,36 @@ def test_cpu_agentic_starts_its_env_server_learns_through_it_and_stops_it(in_tmp
     assert started["url"] in written and "max_turns: 2" in written
 
 
+def test_the_tiny_thinking_template_rewrites_history_as_qwen3_does(tmp_path):
+    """The tiny tokenizer's thinking template has Qwen3's shape: the generation prompt carries an empty think
+    block that the re-rendered history drops (so a prefix check of re-rendered turns fails every episode)."""
+    from transformers import AutoTokenizer
+
+    from trainstack.tiny import hf_tokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(hf_tokenizer.write(tmp_path / "tk", "thinking")))
+    first = tok.apply_chat_template([{"role": "user", "content": "3+4"}], tokenize=False, add_generation_prompt=True)
+    again = tok.apply_chat_template([{"role": "user", "content": "3+4"}, {"role": "assistant", "content": "5*7"},
+                                     {"role": "user", "content": "+2"}], tokenize=False, add_generation_prompt=True)
+    assert first == "3+4=**" and again == "3+4=7+2=**"
+    assert not again.startswith(first + "5*7")  # the model's own turn is not a prefix of the re-render
+
+
+@pytest.mark.slow
+def test_cpu_agentic_trains_through_a_qwen3_style_thinking_template(in_tmp):
+    """Issue #20: with Qwen3's template every multi-turn sample was `failed` (reward 0, nothing trained). With
+    the tiny model's Qwen3-style thinking template, no sample fails and each episode's tokens carry the think
+    blocks the template put there (13 tokens: "3+4=**7+2=**9" instead of 9)."""
+    res = run_py("experiment=cpu-agentic", "model.hf_checkpoint=${paths.data_root}/chain_sum/tokenizer-thinking",
+                 "env.num_rollout=3", "args.eval_interval=null", "run_id=thinking", cwd=in_tmp, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(x)["metrics"] for x in (in_tmp / "runs" / "thinking" / "metrics.jsonl").read_text().splitlines()
+            if json.loads(x)["step_key"] == "rollout/step"]
+    assert len(rows) == 3 and all(m["rollout/failed_frac"] == 0.0 and m["rollout/aborted_frac"] == 0.0 for m in rows)
+    assert all(m["rollout/total_lengths"] == 13.0 for m in rows)
+    assert sum(m["rollout/raw_reward"] for m in rows) > 0
+
+
 @pytest.mark.slow
 def test_a_resumed_agentic_run_ends_bit_identical(in_tmp):
     import torch

@@ -31,6 +31,7 @@ DEFAULT_TURNS = 2
 EVAL_FRACTION = 0.2
 DIR_NAME = "chain_sum"
 TOKENIZER_DIR = "tokenizer"  # <data_root>/chain_sum/tokenizer: the tiny model's tokenizer + chat template
+THINKING_TOKENIZER_DIR = "tokenizer-thinking"  # the same tokenizer with a Qwen3-style thinking template
 
 
 def tasks(turns: int = DEFAULT_TURNS) -> list[tuple[int, tuple[int, ...]]]:
@@ -73,6 +74,7 @@ def prepare(data_root: str | os.PathLike, turns: int = DEFAULT_TURNS) -> dict[st
             os.replace(tmp, p)
         paths[name] = str(p)
     paths["tokenizer"] = str(hf_tokenizer.write(d / TOKENIZER_DIR))
+    paths["tokenizer_thinking"] = str(hf_tokenizer.write(d / THINKING_TOKENIZER_DIR, "thinking"))
     return paths
 
 

@@ -29,6 +29,18 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}={%- endif -%}"
 )
+# Qwen3's shape in the tiny alphabet (`*` for `<think>`/`</think>`): the generation prompt opens and closes
+# an empty think block (Qwen3 with enable_thinking=false), and an earlier assistant turn is re-rendered
+# without it, its reasoning cut at the last `*` (Qwen3 keeps only what follows `</think>`). A generate
+# function that re-renders the conversation and checks its own tokens as a prefix fails every episode here.
+THINKING_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}={{ message['content'].split('*')[-1] }}"
+    "{%- else -%}{{ message['content'] }}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}=**{%- endif -%}"
+)
+TEMPLATES = {"plain": CHAT_TEMPLATE, "thinking": THINKING_CHAT_TEMPLATE}
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 
@@ -51,8 +63,8 @@ def tokenizer_json() -> str:
     return t.to_str(pretty=True)
 
 
-def tokenizer_config() -> dict:
-    return {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE, "eos_token": EOS,
+def tokenizer_config(template: str = "plain") -> dict:
+    return {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": TEMPLATES[template], "eos_token": EOS,
             "pad_token": PAD, "unk_token": UNK, "bos_token": None, "clean_up_tokenization_spaces": False}
 
 
@@ -62,12 +74,12 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write(out_dir: str | os.PathLike) -> Path:
-    """Write (or refresh) the two files; unchanged files are left alone."""
+def write(out_dir: str | os.PathLike, template: str = "plain") -> Path:
+    """Write (or refresh) the two files; unchanged files are left alone. `template`: plain or thinking."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     for name, text in ((TOKENIZER_FILE, tokenizer_json()),
-                       (CONFIG_FILE, json.dumps(tokenizer_config(), indent=1, sort_keys=True) + "\n")):
+                       (CONFIG_FILE, json.dumps(tokenizer_config(template), indent=1, sort_keys=True) + "\n")):
         p = d / name
         if not p.exists() or p.read_text(encoding="utf-8") != text:
             _write(p, text)
@@ -92,7 +104,10 @@ def matches(path: str | os.PathLike) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m trainstack.tiny.hf_tokenizer", description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for tokenizer.json and tokenizer_config.json")
-    print(write(p.parse_args(argv).out))
+    p.add_argument("--template", choices=sorted(TEMPLATES), default="plain",
+                   help="the chat template: plain, or thinking (Qwen3's shape in the tiny alphabet)")
+    a = p.parse_args(argv)
+    print(write(a.out, a.template))
 
 
 if __name__ == "__main__":
