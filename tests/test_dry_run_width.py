@@ -47,7 +47,7 @@ def test_cpu_default_fits_and_ends_with_the_verdict(tmp_path, columns):
     assert lines[-1] == "ok: ready to launch w1 on local"
     text = flat(lines)
     assert "16 prompts x 16 samples = 256 per rollout / global batch 128 = 2 optimizer steps per rollout" in text
-    assert "ckpts 8 (every 100 of 800 rollouts, and the last) x 1.2 MiB = 9.5 MiB;" in text and " free at " in text
+    assert "ckpts 6 (every 50 of 300 rollouts, and the last) x 1.2 MiB = 7.1 MiB;" in text and " free at " in text
 
 
 @pytest.mark.parametrize("columns", [80, 200])

@@ -45,7 +45,7 @@ def test_there_are_multi_group_dests():
 
 @pytest.mark.parametrize("override", ["algo.num_rollout=10", "model.num_rollout=10", "args.num_rollout=10"])
 def test_any_namespace_on_the_command_line_beats_the_env_preset(override):
-    assert judge([override]).intended["num_rollout"] == 10  # conf/env/arithmetic.yaml says 800
+    assert judge([override]).intended["num_rollout"] == 10  # conf/env/arithmetic.yaml says 300
 
 
 @pytest.mark.parametrize("dest", sorted(MULTI))
