@@ -36,7 +36,7 @@ UPSTREAM_ONLY: dict[str, str] = {
     **dict.fromkeys(["qk_clip/on", "fp4/choice", "fine_grained_activation_offloading/on",
                      "log_max_attention_logit/on"], TE_ABSENT),
     **dict.fromkeys(["heterogeneous_layers_config_path/path", "te_precision_config_file/path", "yaml_cfg/str",
-                     "eval_config/str", "custom_config_path/path", "rollout_external_engine_addrs/list"], FILE_AT_PARSE),
+                     "eval_config/path", "custom_config_path/path", "rollout_external_engine_addrs/list"], FILE_AT_PARSE),
     **dict.fromkeys(["heterogeneous_layers_config_encoded_json/str", "pipeline_model_parallel_layout/str",
                      "sglang_cuda_graph_config/any"], STRUCTURED),
     "overlap_p2p_comm_warmup_flush/on": NOT_PORTED + "needs overlap_p2p_comm without batch_p2p_comm "

@@ -123,6 +123,8 @@ def base_of(dest: str) -> str:
     return "dense"
 
 
+from trainstack.resolve import PATH_DESTS  # noqa: E402
+
 PATH_HINTS = ("path", "dir", "file", "load", "save", "checkpoint", "data", "tokenizer_model")
 
 
@@ -164,7 +166,8 @@ def values_of(spec) -> list[tuple[str, Any]]:
         return [("bool", True)]
     if vk == at.STR:
         name = spec.dest
-        if any(h in name for h in PATH_HINTS):
+        if name in PATH_DESTS or any(h in name for h in PATH_HINTS):  # absolute: a relative one is made absolute
+            # from the cwd, and the run id with it, so the recording would differ between checkouts
             v = f"/DATA/{name}"
         else:
             v = "x"

@@ -191,10 +191,15 @@ def refresh() -> None:
     from trainstack_dev.oracle import judge
 
     oracle = json.loads(PER_DEST_PATH.read_text(encoding="utf-8"))
-    by_key = {p.key: p for p in probes()}
+    planned = probes()
+    by_key = {p.key: p for p in planned}
+    recorded = {f"{d}/{c}" for e in oracle["entries"] for d, c, _ in e["probes"]}
+    # a probe whose case changed (its value's kind) replaces the recorded one of the same dest
+    renamed = {d: [p for p in planned if p.dest == d and p.key not in recorded]
+               for e in oracle["entries"] for d, c, _ in e["probes"] if f"{d}/{c}" not in by_key}
     slime: Slime | None = None
     for i, e in enumerate(oracle["entries"]):
-        batch = [by_key[f"{d}/{c}"] for d, c, _ in e["probes"]]
+        batch = [by_key.get(f"{d}/{c}") or renamed[d].pop(0) for d, c, _ in e["probes"]]
         j = judge_probes(e["base"], batch) if batch else judge([*BASES[e["base"]], *e["env_overrides"]])
         if j.argv == e["argv"] and j.env == e["env"]:
             e["trainstack"] = {"accepted": j.accepted, "rules": j.rules, "error_keys": j.error_keys}

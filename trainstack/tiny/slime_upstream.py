@@ -43,6 +43,10 @@ SGLANG_STANDINS: dict[str, tuple[str, ...]] = {
     ),
     "sglang.srt.server_args": ("ServerArgs",),
     "sglang.srt.utils": ("kill_process_tree",),
+    # slime's argument parser (slime.utils.arguments -> backends.sglang_utils.arguments) imports the router's
+    # args class at module level; the tests that build `args` with slime's own parser need it importable
+    "sglang_router": (),
+    "sglang_router.launch_router": ("RouterArgs",),
 }
 
 
