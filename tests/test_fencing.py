@@ -24,8 +24,14 @@ SMALL = ["env.rollout_batch_size=4", "env.n_samples_per_prompt=4", "env.global_b
 
 
 def _wait(cond, timeout: float, what: str) -> None:
+    """Until cond() is true; a file it reads that is not there yet (or half written) counts as not yet."""
     deadline = time.monotonic() + timeout
-    while not cond():
+    while True:
+        try:
+            if cond():
+                return
+        except (OSError, ValueError, KeyError):
+            pass
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
 

@@ -46,6 +46,8 @@ def copy_project(dest: Path) -> Path:
         if (src.is_file() or src.is_symlink()) and not rel.startswith(("tests/", "benchmarks/", "scripts/oracle")):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel, follow_symlinks=False)  # trainstack/conf stays a link to conf/
+    if (ROOT / "slime" / "slime").is_dir() and not (dest / "slime").exists():  # a clone's filled submodule: the
+        (dest / "slime").symlink_to(ROOT / "slime", target_is_directory=True)  # tiny backend runs slime's rollout
     return dest
 
 
