@@ -105,12 +105,12 @@ def events(run_dir: Path) -> list[dict]:
 def main() -> int:
     import benchlib
 
-    quick = benchlib.quick()  # short mode: one pair of 30-rollout runs, a 5 s outage (benchmarks/benchlib.py)
+    quick = benchlib.quick()  # short mode: one pair of 15-rollout runs, a 2 s outage (benchmarks/benchlib.py)
     ap = argparse.ArgumentParser()
-    ap.add_argument("--num-rollout", type=int, default=30 if quick else 200)
+    ap.add_argument("--num-rollout", type=int, default=15 if quick else 200)
     ap.add_argument("--save-interval", type=int, default=5 if quick else 10)
     ap.add_argument("--reps", type=int, default=1 if quick else 5)
-    ap.add_argument("--outage-s", type=float, default=5.0 if quick else 60.0)
+    ap.add_argument("--outage-s", type=float, default=2.0 if quick else 60.0)
     ap.add_argument("--out", default=None, help="default: benchmarks/results/hub_sync.json")
     ns = ap.parse_args()
     ns.out = ns.out or str(benchlib.result_path("hub_sync.json"))

@@ -432,14 +432,14 @@ def scan_for(needle: bytes, roots: list[Path]) -> tuple[int, list[str]]:
 def main() -> int:
     import benchlib
 
-    quick = benchlib.quick()  # short mode: 4 faults in a 60-rollout run (benchmarks/benchlib.py)
+    quick = benchlib.quick()  # short mode: 2 faults in a 40-rollout run (benchmarks/benchlib.py)
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--faults", type=int, default=4 if quick else 50)
+    p.add_argument("--faults", type=int, default=2 if quick else 50)
     p.add_argument("--seed", type=int, default=7)
     ns = p.parse_args()
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-        result = run_soak(Path(tmp), ns.faults, ns.seed, num_rollout=60 if quick else 600)
+        result = run_soak(Path(tmp), ns.faults, ns.seed, num_rollout=40 if quick else 600)
     benchlib.write("soak.json", result)
     return 0
 

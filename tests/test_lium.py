@@ -96,12 +96,25 @@ def tracker(run_dir: Path) -> int | None:
         return None
 
 
-def reference(tmp: Path, n: int, *extra: str) -> Path:
-    """The same run trained locally without interruption."""
+REF_ROLLOUTS = 80  # the longest scenario below
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The same run trained locally without interruption, once for the module: it saves every rollout, so
+    `reference(n)` is its iter n-1, the weights any uninterrupted n-rollout run ends with (a rollout's
+    randomness derives from (seed, rollout); the LR schedule is constant; a save changes nothing)."""
+    tmp = tmp_path_factory.mktemp("lium-ref")
     res = run_py(f"paths.runs_root={tmp}/ref-runs", f"paths.data_root={tmp}/ref-data", "cluster=local_cpu",
-                 "run_id=ref", *COMMON[2:], f"env.num_rollout={n}", *extra, cwd=tmp, timeout=300)
+                 "run_id=ref", *COMMON[2:], f"env.num_rollout={REF_ROLLOUTS}", "args.save_interval=1", cwd=tmp,
+                 timeout=300)
     assert res.returncode == 0, res.stderr
-    return tmp / "ref-runs" / "ref" / "checkpoints" / f"iter_{n - 1:07d}" / "model.pt"
+
+    def at(n: int) -> Path:
+        assert n <= REF_ROLLOUTS, f"raise REF_ROLLOUTS to {n}"
+        return tmp / "ref-runs" / "ref" / "checkpoints" / f"iter_{n - 1:07d}" / "model.pt"
+
+    return at
 
 
 def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
@@ -124,7 +137,9 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
     assert fake_lium.fake.running_processes() == []
     assert len(fake_lium.fake.removed) == 2
     for rid in ids:  # billing stops at the next reconciler pass after the worker's last report, not minutes later
-        ev = {e["event"]: e["time"] for e in stack.admin.get(f"/v1/runs/{rid}/events")}
+        # the commander records pod_removed just after the provider's removal returns (the pod can be gone first)
+        ev = wait_for(lambda rid=rid: "pod_removed" in (e := {x["event"]: x["time"] for x in stack.admin.get(
+            f"/v1/runs/{rid}/events")}) and e, 10, f"{rid}'s pod_removed event", every=0.2)
         assert ev["pod_removed"] - ev["worker_finished"] < 5.0, ev
     st = stack.trainstack("status", str(sweep), "--json")
     assert st.returncode == 0, st.stderr
@@ -142,9 +157,9 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
     stack.close()
 
 
-def test_pod_killed_mid_run_resumes_from_the_volume_with_identical_weights(stack, fake_lium):
+def test_pod_killed_mid_run_resumes_from_the_volume_with_identical_weights(stack, fake_lium, reference):
     n = 60
-    ref = reference(stack.tmp, n, "args.save_interval=1")
+    ref = reference(n)
     res = stack.run("run_id=killed", f"env.num_rollout={n}", "args.save_interval=1")
     assert res.returncode == 0, res.stderr
     rec = wait_for(lambda: (r := stack.rec("killed"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 3
@@ -168,14 +183,14 @@ def test_pod_killed_mid_run_resumes_from_the_volume_with_identical_weights(stack
     stack.close()
 
 
-def test_pod_lost_with_its_volume_wiped_restores_from_the_hub_with_identical_weights(fake_hub, stack, fake_lium):
+def test_pod_lost_with_its_volume_wiped_restores_from_the_hub_with_identical_weights(fake_hub, stack, fake_lium, reference):
     """The node and its disk are gone: the next pod finds no checkpoint on the volume, restores the newest
     one the Hub holds (HF_ENDPOINT and HF_TOKEN reach it from the commander), and ends with the weights
     of an uninterrupted run; the token is in no file of the volume or the run dir."""
     import shutil
 
     n = 40
-    ref = reference(stack.tmp, n, "args.save_interval=2")
+    ref = reference(n)
     res = stack.run("run_id=wiped", f"env.num_rollout={n}", "args.save_interval=2", "hub.repo_id=team/ckpts")
     assert res.returncode == 0, res.stderr
     rec = wait_for(lambda: (r := stack.rec("wiped"))["phase"] == "running"
@@ -225,12 +240,12 @@ def test_commander_sigkilled_and_restarted_mid_run(stack, fake_lium):
     stack.close()
 
 
-def test_stale_worker_that_comes_back_stops_without_publishing(stack, fake_lium):
+def test_stale_worker_that_comes_back_stops_without_publishing(stack, fake_lium, reference):
     """Pod A freezes; its lease expires; its removal leaves it running (the platform lost the node);
     pod B takes over the run and its volume. When A thaws, its worker kills its trainer before it
     can write: the tracker never goes back and the final weights equal an uninterrupted run."""
-    n = 120
-    ref = reference(stack.tmp, n, "args.save_interval=1")
+    n = 80
+    ref = reference(n)
     assert stack.run("run_id=stale", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
     rec = wait_for(lambda: (r := stack.rec("stale"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2
                    and r, 120, "running with checkpoints")
@@ -346,12 +361,12 @@ def pod_pids_running(fake, pod_id: str, needle: bytes) -> list[int]:
     return out
 
 
-def test_commander_down_longer_than_the_deadline_stops_training_until_it_is_back(stack, fake_lium):
+def test_commander_down_longer_than_the_deadline_stops_training_until_it_is_back(stack, fake_lium, reference):
     """The seed's worker crashed when the commander was down while its trainer kept going: here the
     trainer is stopped after the deadline (4 s < TTL 6 s), nothing trains while the commander is
     away, and when it is back the same lease continues and the run resumes to the same weights."""
-    n = 150
-    ref = reference(stack.tmp, n, "args.save_interval=1")
+    n = 80
+    ref = reference(n)
     assert stack.run("run_id=down", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
     rec = wait_for(lambda: (r := stack.rec("down"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2
                    and r, 120, "training")

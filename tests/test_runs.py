@@ -151,7 +151,7 @@ def _final_rewards(rd: Path) -> dict[int, float]:
 
 
 def test_sigkill_at_random_points_always_resumes_from_latest_complete_checkpoint(tmp_path):
-    n = 80  # long enough that 20 kills land before the run can finish
+    n = 60  # long enough that 12 kills land before the run can finish (the soak, benchmarks/soak.py, does 50)
     common = [f"env.num_rollout={n}", "args.save_interval=1", "env.eval_interval=null", "env.eval_prompt_data=null"]
     assert launch(tmp_path, "run_id=reference", *common).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_TINY_SLOW_SAVE": "0.03"}
@@ -161,9 +161,9 @@ def test_sigkill_at_random_points_always_resumes_from_latest_complete_checkpoint
     rng = random.Random(1234)
     kills = 0
     for attempt in range(60):
-        if kills >= 20:
+        if kills >= 12:
             break
-        assert tracker(rd) != n - 1, "the run finished before 20 kills: raise n"
+        assert tracker(rd) != n - 1, "the run finished before 12 kills: raise n"
         before = tracker(rd)
         started_before = len([e for e in events(rd) if e["event"] in ("launch", "resume")]) if rd.exists() else 0
         proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -184,7 +184,7 @@ def test_sigkill_at_random_points_always_resumes_from_latest_complete_checkpoint
             # it (a killed launcher's trainer saves a final one while the relaunch waits)
             assert starts[-1]["event"] == "resume" and starts[-1]["checkpoint"] >= before
             assert starts[-1]["from_rollout"] == starts[-1]["checkpoint"] + 1
-    assert kills >= 20
+    assert kills >= 12
     final = launch(tmp_path, "run_id=victim", *common)
     assert final.returncode == 0, final.stderr
     assert tracker(rd) == n - 1

@@ -68,7 +68,7 @@ DOC = {
     "up": "scripts/slurm-local.sh up",
     "status_cluster": "scripts/slurm-local.sh status",
     "down": "scripts/slurm-local.sh down",
-    "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep env.num_rollout=80 args.save_interval=1 "
+    "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep env.num_rollout=40 args.save_interval=1 "
              "algo.lr=1e-3,2e-3,3e-3,4e-3",
     "glob": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true 'experiment=glob(*,exclude=cpu-*)' "
             "cluster=slurm_8xh100 hydra.sweep.dir=sw",
@@ -323,7 +323,7 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     import submitit
     import torch
 
-    n = 80
+    n = 40
     common = [f"env.num_rollout={n}", "args.save_interval=1"]
     assert all(c in DOC["sweep"] for c in common)
     t0 = time.monotonic()
@@ -554,7 +554,7 @@ def test_requeued_job_executes_the_stored_spec(tmp_path, cluster_up):
 
     prepare(work / "data")
     penv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(project / "plugins")])}
-    point = ["env.num_rollout=80", "args.save_interval=1"]
+    point = ["env.num_rollout=50", "args.save_interval=1"]
     r = subprocess.run([PY, str(project / "run.py"), "-m", "hydra/launcher=slurm", "hydra.sweep.dir=sw", *point,
                         "algo.lr=1e-3,2e-3"], cwd=work, env=penv, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

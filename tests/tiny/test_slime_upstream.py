@@ -116,6 +116,83 @@ def test_a_deferred_package_runs_before_its_submodule(package):
     assert not defer_import("trainstack_no_such_module_xyz")
 
 
+CIRCLE = {  # sympy's shape: the package imports its subpackage's name, which its child module defines
+    "__init__.py": "import os\nopen(os.environ['DEFER_LOG'], 'a').write('pkg\\n')\nBASE = 1\n"
+                   "from .parsing import parse\n",
+    "parsing/__init__.py": "from .parser import parse\n",
+    "parsing/parser.py": "import os\nimport {name}\nopen(os.environ['DEFER_LOG'], 'a').write('parser\\n')\n"
+                         "def parse(s):\n    return {name}.BASE + int(s)\n",
+}
+USER = """import {name}
+from {name}.parsing import parser
+def names():  # slime's math_utils copies `sympy.__dict__` before its first parse
+    return sorted(k for k in {name}.__dict__ if not k.startswith('_'))
+def use(s):
+    return parser.parse(s)
+"""
+
+
+def test_a_deferred_package_whose_init_imports_its_deferred_child_runs_each_once_in_import_order(tmp_path,
+                                                                                                  monkeypatch):
+    from trainstack.tiny.slime_upstream import defer_import
+
+    name = f"circlepkg_{abs(hash(str(tmp_path)))}"
+    for rel, text in CIRCLE.items():
+        (tmp_path / name / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name / rel).write_text(text.format(name=name))
+    (tmp_path / f"{name}_user.py").write_text(USER.format(name=name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    log = tmp_path / "log"
+    log.write_text("")
+    monkeypatch.setenv("DEFER_LOG", str(log))
+    try:
+        for n in (name, f"{name}.parsing", f"{name}.parsing.parser"):
+            assert defer_import(n)
+        user = __import__(f"{name}_user")
+        assert log.read_text() == ""  # `import pkg` and `from pkg.sub import child` ran nothing
+        assert user.names() == ["BASE", "os", "parse", "parsing"]  # the namespace is the run module's
+        assert log.read_text() == "pkg\nparser\n"
+        assert user.use("41") == 42 and log.read_text() == "pkg\nparser\n"  # once each
+    finally:
+        for m in [m for m in sys.modules if m.startswith(name)]:
+            del sys.modules[m]
+
+
+SYMPY_CASES = [("\\frac{1}{2}", "0.5"), ("x+x", "2*x"), ("\\sqrt{4}", "2"), ("3", "3.0"), ("1/2", "\\frac12"),
+               ("\\pi", "3.14159"), ("(1,2)", "(1, 2)"), ("2^{10}", "1024")]
+GRADE = """import json, sys
+from trainstack.tiny import slime_upstream as su
+if sys.argv[1] == "eager":
+    su.DEFERRED_IMPORTS = tuple(n for n in su.DEFERRED_IMPORTS if not n.startswith("sympy"))
+su.load()
+import slime.rollout.sglang_rollout  # what the tiny trainer imports: sympy is not run by it
+deferred = type(sys.modules["sympy"]).__name__
+from slime.rollout.rm_hub.math_utils import grade_answer_sympy, grade_answer_verl
+from slime.rollout.rm_hub.deepscaler import get_deepscaler_rule_based_reward
+cases = json.loads(sys.argv[2])
+print(json.dumps([deferred, [grade_answer_sympy(a, b) for a, b in cases],
+                  [get_deepscaler_rule_based_reward("<think>x</think> so \\\\boxed{%s}" % a, b) for a, b in cases]]))
+"""
+
+
+def test_deferred_sympy_grades_as_an_eager_import_does():
+    """slime's math rewards (rm_hub.math_utils) with sympy deferred give what an eager import gives, from
+    the first call on, and importing slime's rollout module runs none of sympy."""
+    import subprocess
+
+    from conftest import ROOT
+
+    out = {}
+    for mode in ("deferred", "eager"):
+        r = subprocess.run([sys.executable, "-c", GRADE, mode, json.dumps(SYMPY_CASES)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out[mode] = json.loads(r.stdout)
+    assert out["deferred"][0] == "_Deferred" and out["eager"][0] == "module"
+    assert out["deferred"][1:] == out["eager"][1:]
+    assert any(out["eager"][1]) and not all(out["eager"][1])  # the cases tell right from wrong
+
+
 def test_lazy_processor_names_import_nothing_until_used(tmp_path):
     from trainstack.tiny import hf_tokenizer
     from trainstack.tiny.slime_upstream import _LazyName

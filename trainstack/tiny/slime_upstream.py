@@ -100,38 +100,73 @@ def install_sglang_standins() -> list[str]:
 
 # third-party packages slime's rollout modules import at module level but use only off the CPU path
 # (slime.utils.data: `import ray` for `ray.get` in the trainer-side data fetch; slime.observability:
-# `import wandb` for its own tracking, which the tiny metrics sinks replace). Their own code runs on
-# first use of a name they define (see _Deferred), not at import: the real package, only later.
-DEFERRED_IMPORTS = ("ray", "wandb")
+# `import wandb` for its own tracking, which the tiny metrics sinks replace) or only for some rewards
+# (slime.rollout.rm_hub.math_utils: `import sympy` and `from sympy.parsing import sympy_parser`, used by
+# the math/deepscaler rewards; 0.5-1 s of every start). Their own code runs on first use of a name they
+# define (see _Deferred), not at import: the real package, only later. A dotted name is deferred as the
+# attribute of its (deferred) parent, so `from parent import child` runs nothing either.
+DEFERRED_IMPORTS = ("ray", "wandb", "sympy", "sympy.parsing", "sympy.parsing.sympy_parser")
 
 
 class _Deferred(types.ModuleType):
     """A module whose code has not run yet. ``__spec__``, ``__file__``, ``__loader__`` are set, so an
     ``import`` statement sees an imported module; the first lookup of any other name (``__path__``
     included: importing a submodule or ``from pkg import x`` runs the package first, as a normal
-    import does) runs the module's code in this very object. ``importlib.util.LazyLoader`` does the
-    same but also triggers on ``__spec__``, which every ``import`` of an imported module reads on 3.11."""
+    import does) runs the module's code in this very object, its deferred parents' first (the order a
+    normal import runs them in, so a package that imports this very submodule while it runs finds it
+    running, not run twice). ``importlib.util.LazyLoader`` does the same but also triggers on
+    ``__spec__``, which every ``import`` of an imported module reads on 3.11."""
 
     def __getattr__(self, attr: str):
-        spec: Any = self.__spec__
-        self.__class__ = types.ModuleType  # type: ignore[assignment]
-        if spec.submodule_search_locations is not None:
-            self.__path__ = spec.submodule_search_locations
-        spec.loader.exec_module(self)
+        _run_deferred(self)
         return getattr(self, attr)
+
+    @property  # type: ignore[override]
+    def __dict__(self):  # `vars(m)`, `m.__dict__`, `dir(m)` see the module's names (slime's math_utils copies
+        _run_deferred(self)  # `sympy.__dict__`): the code runs first, as for any other name
+        return _MODULE_DICT.__get__(self)
+
+
+_MODULE_DICT: Any = vars(types.ModuleType)["__dict__"]  # the real namespace, without running the code
+
+
+def _run_deferred(module: types.ModuleType) -> None:
+    parent = sys.modules.get(module.__spec__.name.rpartition(".")[0]) if module.__spec__ else None
+    if type(parent) is _Deferred:
+        _run_deferred(parent)
+    if type(module) is not _Deferred:  # the parent's code ran it already (it imports this submodule)
+        return
+    spec: Any = module.__spec__
+    module.__class__ = types.ModuleType  # type: ignore[assignment]
+    if spec.submodule_search_locations is not None:
+        module.__path__ = spec.submodule_search_locations
+    spec.loader.exec_module(module)
 
 
 def defer_import(name: str) -> bool:
-    """Register ``name`` as a :class:`_Deferred` module; False if already imported or not installed."""
+    """Register ``name`` as a :class:`_Deferred` module; False if already imported or not installed. A
+    dotted name's parent must be imported or deferred first; the module becomes its attribute."""
     if name in sys.modules:
         return False
-    spec = importlib.util.find_spec(name)
+    parent_name, _, child = name.rpartition(".")
+    if parent_name:
+        parent = sys.modules.get(parent_name)
+        if parent is None or parent.__spec__ is None or parent.__spec__.submodule_search_locations is None:
+            return False
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(name, list(parent.__spec__.submodule_search_locations))
+    else:
+        spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return False
     module = importlib.util.module_from_spec(spec)
-    module.__dict__.pop("__path__", None)  # restored when the code runs (see _Deferred)
+    if not parent_name:  # restored when the code runs (see _Deferred); a subpackage keeps it, so that
+        module.__dict__.pop("__path__", None)  # `from parent.sub import child` (which asks for it) runs nothing
     module.__class__ = _Deferred
     sys.modules[name] = module
+    if parent_name:  # `from parent import child` finds it and runs nothing
+        _MODULE_DICT.__get__(sys.modules[parent_name])[child] = module
     return True
 
 
