@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import textwrap
 import urllib.request
 
 import pytest
+from conftest import ROOT
 
 
 def _rollouts(data_dir):
@@ -178,10 +180,6 @@ print(json.dumps([deferred, [grade_answer_sympy(a, b) for a, b in cases],
 def test_deferred_sympy_grades_as_an_eager_import_does():
     """slime's math rewards (rm_hub.math_utils) with sympy deferred give what an eager import gives, from
     the first call on, and importing slime's rollout module runs none of sympy."""
-    import subprocess
-
-    from conftest import ROOT
-
     out = {}
     for mode in ("deferred", "eager"):
         r = subprocess.run([sys.executable, "-c", GRADE, mode, json.dumps(SYMPY_CASES)], cwd=ROOT,
