@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainstack.resolve import PATH_DESTS
 from trainstack_dev.oracle import CHECKOUT, Judgement, judge
 
 PER_DEST_PATH = CHECKOUT / "tests" / "oracle" / "per_dest_oracle.json"
@@ -122,8 +123,6 @@ def base_of(dest: str) -> str:
         return "multinode"
     return "dense"
 
-
-from trainstack.resolve import PATH_DESTS  # noqa: E402
 
 PATH_HINTS = ("path", "dir", "file", "load", "save", "checkpoint", "data", "tokenizer_model")
 
