@@ -5,34 +5,44 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint bench bench-slurm bench-lium golden install
+.PHONY: run test test-fast lint pyc bench bench-slurm bench-lium golden install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	# pip byte-compiles ~20k files one at a time (~50 s on 2 cores); compileall does it on every core
+	$(PY) -m pip install -q --no-compile -e '.[dev]'
+	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # ARGS: extra overrides, e.g. `make run ARGS="env.num_rollout=50"`
-run: $(STAMP)
+run: $(STAMP) pyc
 	$(PY) run.py $(ARGS)
 
 # Two workers (pytest-xdist); tests that share the SLURM cluster, Ray, the fake Lium or a doc's scratch
 # directory run on one worker in order (--dist loadgroup, groups in tests/conftest.py).
 XDIST ?= -n 2 --dist loadgroup
 
-test: lint
+# ruff, then every test. mypy (a minute of one core) runs among the tests: the README's `make lint` is one of
+# the documented commands tests/test_docs_examples.py runs, so it shares the workers instead of going first
+test: $(STAMP) pyc
+	$(VENV)/bin/ruff check
 	$(PY) -m pytest -q --durations=60 $(XDIST)
 
-# ruff (lint) and mypy over trainstack/ and plugins/ (settings in pyproject.toml); part of `make test`.
+# The project's own modules compiled once: where PYTHONDONTWRITEBYTECODE is set (Debian/Docker images
+# often set it) every process would otherwise compile each module it imports, and the tests start thousands
+pyc: $(STAMP)
+	@$(PY) -m compileall -q -j 0 run.py trainstack plugins devtools scripts slime/slime > /dev/null || true
+
+# ruff (lint) and mypy over trainstack/ and plugins/ (settings in pyproject.toml); `make test` runs it as a test.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) pyc
 	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 golden: $(STAMP)

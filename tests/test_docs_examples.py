@@ -4,8 +4,10 @@ EXPECT, and a test fails when a documented command has no entry or an entry is n
 docs/compare.md and docs/slurm.md have their own tests. A line marked `(not run in tests: ...)` needs
 what CI does not have (slime's own environment) or is the test suite itself, and says so.
 
-Commands run in one scratch directory per doc, in the doc's order on a clean runs root, as a newcomer
-follows it (they build on each other: `make run` trains, the README's later examples continue that run), with
+Commands run as a newcomer follows them: the README, then each doc in the order the README first links it,
+every command in its doc's order, all in one scratch directory that starts with no runs root (they build on
+each other: `make run` trains, the README's later examples continue that run, a doc's runs sit beside the
+README's, and nothing a doc trains may land on a run an earlier doc trained), with
 `python` being this interpreter (the activated venv) and `run.py` the checkout's; `make` targets run
 in the checkout, and the README's clean-clone path (`make install`, `source .venv/bin/activate`) is
 checked as a user runs it.
@@ -24,7 +26,16 @@ import pytest
 
 from conftest import ROOT
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+def reading_order() -> list[Path]:
+    """README, then the docs in the order the README first links them, then any doc it does not link."""
+    linked = dict.fromkeys(re.findall(r"docs/([\w-]+\.md)", (ROOT / "README.md").read_text()))
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    first = [ROOT / "docs" / name for name in linked if (ROOT / "docs" / name).is_file()]
+    return [ROOT / "README.md", *first, *[d for d in docs if d not in first]]
+
+
+DOCS = reading_order()
+WALK = "walk"  # the one scratch directory (under the worker's pytest base temp) the docs are followed in
 OWN_TESTS = {"compare.md", "slurm.md", "hub.md", "lium.md"}  # hub.md: test_hub_runs.py, lium.md: test_lium.py
 NOT_RUN = "(not run in tests"
 VENV = ROOT / ".venv"
@@ -94,14 +105,26 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "
     "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "103296 parameters"),
 }
-# Commands that need nothing an earlier command of their doc made, and make nothing a later one reads: under
-# pytest-xdist they run on whichever worker is free (in that worker's copy of the doc's directory), the others
-# of a doc one after another on one worker (tests/conftest.py). The slow ones: a whole CPU smoke run, mypy.
+# Commands that need nothing an earlier command made, and make nothing a later one reads: under pytest-xdist
+# they run on whichever worker is free (in that worker's copy of the walk directory), the others one after
+# another on one worker, in reading order (tests/conftest.py).
 INDEPENDENT = {"make lint", "python run.py experiment=cpu-agentic env.num_rollout=5",
                "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5",
                "python -m trainstack.tools.sync_slime presets --check", "python -m trainstack.tools.golden"}
 TINY_TRAIN_PREFIX = "python -m trainstack.tiny.train --num-layers 2"
-EXPECT_PREFIX: dict[str, tuple[int, Check]] = {TINY_TRAIN_PREFIX: (0, "rollout 100/100")}
+
+
+def tiny_trainer_learns(out: str, cwd: Path) -> bool:
+    """docs/tiny_trainer.md's direct run trains all 100 rollouts, learns (the mean reward of the last 10
+    rollouts beats the first 10 by 0.2: the test of learning on the CPU default's task) and saves its
+    last iteration where the doc says."""
+    rewards = [float(r) for r in re.findall(r"\[tiny\] rollout \d+/100\s+reward ([\d.]+)", out)]
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert len(rewards) == 100 and last > first + 0.2, (len(rewards), first, last)
+    return "rollout 100/100" in out and (cwd / "ck" / "iter_0000099" / "model.pt").is_file()
+
+
+EXPECT_PREFIX: dict[str, tuple[int, Check]] = {TINY_TRAIN_PREFIX: (0, tiny_trainer_learns)}
 
 
 def commands(path: Path) -> list[str]:
@@ -159,6 +182,17 @@ def test_no_two_docs_train_the_same_run():
     assert not shared, f"run ids trained by more than one doc (give the later doc's commands a run_id=): {shared}"
 
 
+def test_the_walk_is_the_readers_path():
+    """Every doc is linked from the README (so the walk has an order), the README comes first, and the walk
+    meets docs in the order the README names them: lium.md (named in the overview) before validation.md."""
+    unlinked = [d.name for d in (ROOT / "docs").glob("*.md") if f"docs/{d.name}" not in (ROOT / "README.md").read_text()]
+    assert not unlinked, f"docs the README never links (a newcomer cannot find them): {unlinked}"
+    names = [d.name for d in DOCS]
+    assert names[0] == "README.md" and len(names) == len(set(names)) == 1 + len(list((ROOT / "docs").glob("*.md")))
+    walked = [d for d, _ in CASES]
+    assert walked == sorted(walked, key=names.index), "the cases do not follow the reading order"
+
+
 def test_readme_starts_from_a_clean_clone():
     """The quick start: install, activate, then commands by hand (the path every other doc assumes)."""
     text = (ROOT / "README.md").read_text()
@@ -176,7 +210,7 @@ def commands_in(text: str) -> list[str]:
 
 
 def to_argv(cmd: str, cwd: Path) -> list[str]:
-    # a doc's /tmp/... paths go under this doc's scratch dir (before the interpreter and run.py are filled
+    # a doc's /tmp/... paths go under the walk's scratch dir (before the interpreter and run.py are filled
     # in: the checkout itself may be under /tmp)
     toks = [t.replace("/tmp/", f"{cwd}/", 1) if t.startswith("/tmp/") else t for t in shlex.split(cmd)]
     if toks[0] == "trainstack":
@@ -202,7 +236,7 @@ def needs_the_checkout_venv(cmd: str) -> bool:
 def test_doc_command_runs(doc, cmd, tmp_path_factory):
     if needs_the_checkout_venv(cmd) and not (VENV / "bin" / "python").is_file():
         pytest.skip("the checkout's .venv (make install) is not there: the tests run from another environment")
-    cwd = tmp_path_factory.getbasetemp() / f"docs-{doc}"  # one dir per doc: its commands build on each other
+    cwd = tmp_path_factory.getbasetemp() / WALK  # one dir for the whole walk: commands build on each other
     cwd.mkdir(exist_ok=True)
     code, check = expectation(cmd) or (0, "")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_API_KEY": "", "COLUMNS": "120"}

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_py
+from conftest import ROOT, SMALL_BATCH, run_py
 from hubtools import events
+from trainstack.procgroup import group_members
 
 pytestmark = pytest.mark.slow
 REPO = "team/ckpts"
-QUICK = ("env.eval_interval=null", "env.eval_prompt_data=null")
+QUICK = ("env.eval_interval=null", "env.eval_prompt_data=null", *SMALL_BATCH)
 
 
 def launch(tmp: Path, *overrides: str, env: dict | None = None, timeout: float = 300):
@@ -97,8 +98,13 @@ def test_a_lost_disk_resumes_from_the_hub_with_bit_identical_weights(fake_hub, t
     while (status(rd).get("hub") or {}).get("last_pushed") is None:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.1)
+    trainer_group = json.loads((rd / "lease.json").read_text()).get("trainer_pgid")
     os.killpg(proc.pid, signal.SIGKILL)  # the machine is gone: launcher and trainer (PDEATHSIG)...
     proc.communicate(timeout=30)
+    deadline = time.monotonic() + 30  # the death signal is asynchronous: a dying trainer may still be writing
+    while trainer_group and group_members(trainer_group):
+        assert time.monotonic() < deadline, "the trainer outlived its launcher"
+        time.sleep(0.05)
     pushed = status(rd)["hub"]["last_pushed"]
     shutil.rmtree(rd / "checkpoints")  # ... and its disk
     again = launch(tmp_path, *argv)

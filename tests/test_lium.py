@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from commander_helpers import TOKEN, CommanderProc, wait_for
-from conftest import ROOT, run_py
+from conftest import ROOT, SMALL_BATCH, run_py
 
 pytestmark = pytest.mark.slow
 IMAGE = "cluster.lium.pod.image=trainstack/trainstack-slime:test"  # the fake's pods of a `trainstack` image have it
-COMMON = ["cluster=lium_cpu", IMAGE, "env.eval_interval=null", "env.eval_prompt_data=null"]
+COMMON = ["cluster=lium_cpu", IMAGE, "env.eval_interval=null", "env.eval_prompt_data=null", *SMALL_BATCH]
 
 
 class Stack:
@@ -96,7 +96,7 @@ def tracker(run_dir: Path) -> int | None:
         return None
 
 
-REF_ROLLOUTS = 80  # the longest scenario below
+REF_ROLLOUTS = 160  # the longest scenario below
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
 
 
 def test_pod_killed_mid_run_resumes_from_the_volume_with_identical_weights(stack, fake_lium, reference):
-    n = 60
+    n = 100
     ref = reference(n)
     res = stack.run("run_id=killed", f"env.num_rollout={n}", "args.save_interval=1")
     assert res.returncode == 0, res.stderr
@@ -189,7 +189,7 @@ def test_pod_lost_with_its_volume_wiped_restores_from_the_hub_with_identical_wei
     of an uninterrupted run; the token is in no file of the volume or the run dir."""
     import shutil
 
-    n = 40
+    n = 100
     ref = reference(n)
     res = stack.run("run_id=wiped", f"env.num_rollout={n}", "args.save_interval=2", "hub.repo_id=team/ckpts")
     assert res.returncode == 0, res.stderr
@@ -214,7 +214,7 @@ def test_pod_lost_with_its_volume_wiped_restores_from_the_hub_with_identical_wei
 
 
 def test_commander_sigkilled_and_restarted_mid_run(stack, fake_lium):
-    res = stack.run("-m", "hydra/launcher=lium", "algo.lr=1e-3,2e-3", "env.num_rollout=80", "args.save_interval=5",
+    res = stack.run("-m", "hydra/launcher=lium", "algo.lr=1e-3,2e-3", "env.num_rollout=120", "args.save_interval=5",
                     f"hydra.sweep.dir={stack.tmp / 'sw'}")
     assert res.returncode == 0, res.stderr
     ids = [r["run_id"] for r in json.loads((stack.tmp / "sw" / "sweep.json").read_text())["runs"]]
@@ -244,7 +244,7 @@ def test_stale_worker_that_comes_back_stops_without_publishing(stack, fake_lium,
     """Pod A freezes; its lease expires; its removal leaves it running (the platform lost the node);
     pod B takes over the run and its volume. When A thaws, its worker kills its trainer before it
     can write: the tracker never goes back and the final weights equal an uninterrupted run."""
-    n = 80
+    n = 100
     ref = reference(n)
     assert stack.run("run_id=stale", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
     rec = wait_for(lambda: (r := stack.rec("stale"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2
@@ -365,7 +365,7 @@ def test_commander_down_longer_than_the_deadline_stops_training_until_it_is_back
     """The seed's worker crashed when the commander was down while its trainer kept going: here the
     trainer is stopped after the deadline (4 s < TTL 6 s), nothing trains while the commander is
     away, and when it is back the same lease continues and the run resumes to the same weights."""
-    n = 80
+    n = 160  # > 6 s of training past checkpoint 2: the trainer must still be going when it is stopped
     ref = reference(n)
     assert stack.run("run_id=down", f"env.num_rollout={n}", "args.save_interval=1").returncode == 0
     rec = wait_for(lambda: (r := stack.rec("down"))["phase"] == "running" and (r["last_checkpoint"] or 0) >= 2

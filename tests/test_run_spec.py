@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SMALL_BATCH
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
@@ -169,7 +171,7 @@ def test_exec_after_sigkill_resumes_the_stored_run_despite_edits(tmp_path):
     project = copy_project(tmp_path / "project")
     work = tmp_path / "work"
     work.mkdir()
-    overrides = ["env.num_rollout=60", "args.save_interval=2", "run_id=stored"]
+    overrides = ["env.num_rollout=100", "args.save_interval=2", "run_id=stored", *SMALL_BATCH]
     launcher = subprocess.Popen([PY, str(project / "run.py"), *overrides], cwd=work, env=env(project),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     run_dir = work / "runs" / "stored"
@@ -191,7 +193,7 @@ def test_exec_after_sigkill_resumes_the_stored_run_despite_edits(tmp_path):
     assert resume[0]["from_rollout"] >= killed_at + 1
     assert resume[0]["argv"][-len(stored_argv):] == stored_argv  # exactly the stored command ran
     assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
-    assert (run_dir / "checkpoints" / "iter_0000059" / "meta.json").is_file()
+    assert (run_dir / "checkpoints" / "iter_0000099" / "meta.json").is_file()
 
 
 # -------------------------------------------------------------------------------------------------

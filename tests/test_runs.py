@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_py
+from conftest import ROOT, SMALL_BATCH, run_py
 
 pytestmark = pytest.mark.slow
 
@@ -151,8 +151,9 @@ def _final_rewards(rd: Path) -> dict[int, float]:
 
 
 def test_sigkill_at_random_points_always_resumes_from_latest_complete_checkpoint(tmp_path):
-    n = 60  # long enough that 12 kills land before the run can finish (the soak, benchmarks/soak.py, does 50)
-    common = [f"env.num_rollout={n}", "args.save_interval=1", "env.eval_interval=null", "env.eval_prompt_data=null"]
+    n = 100  # long enough that 12 kills land before the run can finish (the soak, benchmarks/soak.py, does 50)
+    common = [f"env.num_rollout={n}", "args.save_interval=1", "env.eval_interval=null", "env.eval_prompt_data=null",
+              *SMALL_BATCH]
     assert launch(tmp_path, "run_id=reference", *common).returncode == 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_TINY_SLOW_SAVE": "0.03"}
     argv = [sys.executable, str(ROOT / "run.py"), f"paths.runs_root={tmp_path}/runs",

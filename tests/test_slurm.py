@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import files_under
+from conftest import SMALL_BATCH, files_under
 from trainstack.launch.slurm import SlurmSettings, executor_params, merge_dependency, render_sbatch
 from trainstack.schema import ClusterSpec
 
@@ -554,7 +554,7 @@ def test_requeued_job_executes_the_stored_spec(tmp_path, cluster_up):
 
     prepare(work / "data")
     penv = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), str(project / "plugins")])}
-    point = ["env.num_rollout=50", "args.save_interval=1"]
+    point = ["env.num_rollout=100", "args.save_interval=1", *SMALL_BATCH]
     r = subprocess.run([PY, str(project / "run.py"), "-m", "hydra/launcher=slurm", "hydra.sweep.dir=sw", *point,
                         "algo.lr=1e-3,2e-3"], cwd=work, env=penv, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -1,24 +1,35 @@
-"""The soak (benchmarks/soak.py) as a test, short: random SIGKILL/SIGSTOP/SIGHUP faults against the
-launcher, the trainer and a reward plugin's child, and the storage faults (a deleted lease.json, a
-full disk, a stalled tracker rename), relaunches racing the frozen or dying holder. The full soak
-(50 faults, 600 rollouts) is `python benchmarks/soak.py`; its figures are in docs/benchmarks.md."""
+"""The soak (benchmarks/soak.py) as a test: its short mode, judged. Random SIGKILL/SIGSTOP/SIGHUP faults
+against the launcher, the trainer and a reward plugin's child, and the storage faults (a deleted
+lease.json, a full disk, a stalled tracker rename), relaunches racing the frozen or dying holder: 10
+faults in 100 rollouts, half of them storage faults. This is also the benchmark's short-mode check
+(tests/test_benchmarks.py leaves soak.py to this test). The full soak (50 faults, 600 rollouts) is
+`python benchmarks/soak.py`; its figures are in docs/benchmarks.md."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
+STORAGE_FAULTS = ("stalled write", "deleted lease.json", "disk full")  # benchmarks/soak.py's
 
 
 def test_faults_never_two_writers_never_lost_work_never_a_secret(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from soak import STORAGE_FAULTS, run_soak
+    import soak
 
-    r = run_soak(tmp_path, faults=10, seed=7, num_rollout=100, storage_share=0.5)
-    (tmp_path / "soak.json").write_text(json.dumps(r, indent=1))
+    assert soak.STORAGE_FAULTS == STORAGE_FAULTS
+    out = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_BENCH_OUT": str(out), "WANDB_API_KEY": ""}
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--quick"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    r = json.loads((out / "soak.json").read_text())
+    assert r["context"]["quick"] is True and "--quick" in r["context"]["command"]  # the benchmark's short mode
     assert r["faults"] == 10, r  # the run did not outlast the faults
     assert sum(bool(r["faults_by_kind"].get(k)) for k in STORAGE_FAULTS) >= 2, r  # storage faults struck
     assert r["epoch_regressions"] == 0 and r["rollbacks"] == 0, r  # never two writers, never back

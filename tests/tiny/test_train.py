@@ -34,15 +34,8 @@ def _weights(path: Path) -> dict:
     return torch.load(path / "model.pt", weights_only=True)
 
 
-def test_cpu_smoke_learns(tmp_path, data_dir):
-    m = tmp_path / "m.jsonl"
-    r = run_tiny(_argv(data_dir, tmp_path / "ck", num_rollout=120, save_interval=60), cwd=tmp_path, metrics_file=m)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rew = [v["rollout/raw_reward"] for (k, _), v in sorted(read_metrics(m).items()) if k == "rollout/step"]
-    assert len(rew) == 120
-    first, last = sum(rew[:10]) / 10, sum(rew[-10:]) / 10
-    assert last > first + 0.2, (first, last)
-    assert (tmp_path / "ck" / "iter_0000119" / "model.pt").exists()
+# That the CPU default's task learns under the direct trainer is judged on docs/tiny_trainer.md's own command
+# (100 rollouts: tests/test_docs_examples.py, tiny_trainer_learns), the same run a reader starts.
 
 
 def _popen(argv, cwd, metrics, **env):
