@@ -22,9 +22,11 @@ install: $(STAMP)
 run: $(STAMP) pyc
 	$(PY) run.py $(ARGS)
 
-# Two workers (pytest-xdist); tests that share the SLURM cluster, Ray, the fake Lium or a doc's scratch
-# directory run on one worker in order (--dist loadgroup, groups in tests/conftest.py).
-XDIST ?= -n 2 --dist loadgroup
+# Three workers (pytest-xdist) on CI's 2 cores: much of the suite waits (lease TTLs, the SLURM scheduler,
+# servers and pods starting), and a third worker runs while the others wait. Tests that share the SLURM
+# cluster, Ray, the fake Lium or the docs walk's directory run on one worker in order (--dist loadgroup,
+# groups in tests/conftest.py).
+XDIST ?= -n 3 --dist loadgroup
 
 # ruff, then every test. mypy (a minute of one core) runs among the tests: the README's `make lint` is one of
 # the documented commands tests/test_docs_examples.py runs, so it shares the workers instead of going first

@@ -88,7 +88,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 # ------------------------------------------------------------------------------------------
-# pytest-xdist (`make test` runs `-n 2 --dist loadgroup`): tests that share something machine-wide
+# pytest-xdist (`make test` runs `-n 3 --dist loadgroup`): tests that share something machine-wide
 # run on one worker, one after another. Everything else is parallel-safe: each worker is its own
 # process (cwd, environment, in-process fakes), scratch dirs come from tmp_path, servers bind
 # ephemeral ports, Ray heads get their own ports and temp dirs.
@@ -97,7 +97,7 @@ XDIST_FILE_GROUPS = {
     "test_slurm.py": "slurm",  # the one SLURM cluster: a test takes it down and up again
     "test_ray_job.py": "ray",  # Ray heads: 2 cores do not start two in time
     "test_lium.py": "lium", "test_fake_lium.py": "lium", "test_commander.py": "lium",  # fake Lium pods
-    "test_soak.py": "soak",  # timing-sensitive fault injection: alone on its worker's core
+    "test_soak.py": "soak",  # timing-sensitive fault injection: one soak at a time
 }
 
 
