@@ -125,6 +125,16 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+LONG_GROUPS = ("lium", "docs", "slurm", "soak", "ray")  # the minutes-long shared groups, longest first
+
+
+def _schedule_rank(item: pytest.Item) -> tuple[int, int]:
+    group = xdist_group_of(item)
+    if group in LONG_GROUPS:
+        return 0, LONG_GROUPS.index(group)
+    return (1, 0) if item.get_closest_marker("slow") else (2, 0)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """What xdist's worker does for `--dist loadgroup`: a grouped test's node id gets `@<group>`, the
@@ -133,6 +143,11 @@ def pytest_collection_modifyitems(config, items):
     once, for either pytest."""
     if not getattr(config.option, "loadgroup", False):
         return
+    # Longest work first, so the run does not end on one worker finishing a long group while the others
+    # idle: the shared groups (minutes each), then the other slow tests, then the rest. The scheduler
+    # hands out multi-test groups by size first and everything else in this order; a stable sort keeps
+    # each group's own order (the docs walk, test_slurm's last test).
+    items[:] = sorted(items, key=_schedule_rank)
     for item in items:
         names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                         for m in item.iter_markers("xdist_group")})
