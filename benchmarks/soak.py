@@ -432,16 +432,16 @@ def scan_for(needle: bytes, roots: list[Path]) -> tuple[int, list[str]]:
 def main() -> int:
     import benchlib
 
-    # short mode (benchmarks/benchlib.py): 10 faults in a 100-rollout run, half of them storage faults; it is
+    # short mode (benchmarks/benchlib.py): 8 faults in an 80-rollout run, half of them storage faults; it is
     # the CI soak (tests/test_soak.py runs it and judges the result)
     quick = benchlib.quick()
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--faults", type=int, default=10 if quick else 50)
+    p.add_argument("--faults", type=int, default=8 if quick else 50)
     p.add_argument("--seed", type=int, default=7)
     ns = p.parse_args()
     sys.path.insert(0, str(ROOT))
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-        result = run_soak(Path(tmp), ns.faults, ns.seed, num_rollout=100 if quick else 600,
+        result = run_soak(Path(tmp), ns.faults, ns.seed, num_rollout=80 if quick else 600,
                           storage_share=0.5 if quick else 0.3)
     benchlib.write("soak.json", result)
     return 0
