@@ -129,7 +129,8 @@ LONG_GROUPS = ("lium", "docs", "slurm", "soak", "ray")  # the minutes-long share
 
 
 def _schedule_rank(item: pytest.Item) -> tuple[int, int]:
-    group = xdist_group_of(item)
+    marker = item.get_closest_marker("xdist_group")  # set by pytest_itemcollected
+    group = marker.args[0] if marker and marker.args else None
     if group in LONG_GROUPS:
         return 0, LONG_GROUPS.index(group)
     return (1, 0) if item.get_closest_marker("slow") else (2, 0)

@@ -184,11 +184,14 @@ def test_no_two_docs_train_the_same_run():
 
 def test_the_walk_is_the_readers_path():
     """Every doc is linked from the README (so the walk has an order), the README comes first, and the walk
-    meets docs in the order the README names them: lium.md (named in the overview) before validation.md."""
-    unlinked = [d.name for d in (ROOT / "docs").glob("*.md") if f"docs/{d.name}" not in (ROOT / "README.md").read_text()]
+    meets the docs in the order the README first names them."""
+    readme = (ROOT / "README.md").read_text()
+    unlinked = [d.name for d in (ROOT / "docs").glob("*.md") if f"docs/{d.name}" not in readme]
     assert not unlinked, f"docs the README never links (a newcomer cannot find them): {unlinked}"
     names = [d.name for d in DOCS]
     assert names[0] == "README.md" and len(names) == len(set(names)) == 1 + len(list((ROOT / "docs").glob("*.md")))
+    first_named = {name: readme.index(f"docs/{name}") for name in names[1:]}
+    assert names[1:] == sorted(names[1:], key=first_named.__getitem__), "the docs are not walked in README order"
     walked = [d for d, _ in CASES]
     assert walked == sorted(walked, key=names.index), "the cases do not follow the reading order"
 
