@@ -1,17 +1,18 @@
-"""Benchmark: pushing and restoring a large checkpoint through the Hub's large-file (LFS) path, with the
+"""Benchmark: pushing and restoring a large checkpoint through the Hub's large-file paths, Xet (the
+client's default: hf_xet, chunked, deduplicated) and Git LFS (`HF_HUB_DISABLE_XET=1`), with the
 client's peak memory.
 
-A checkpoint of generated files (sparse: a random head, then a hole, so writing it is instant and
-the bytes still travel in full) is pushed with trainstack's own push (`trainstack.hub.push`, the
-real huggingface_hub client, Xet off) to the fake Hub running in its own process (LFS
-objects on disk; not niced: it is the other end of every byte), then restored (`trainstack.hub.restore.install`) and compared by sha256. Each
-push and each restore runs in a fresh child process, whose peak RSS (ru_maxrss) is reported next
-to the same process's RSS before the transfer: streaming means the peak does not grow with the
-checkpoint's size.
+A checkpoint of generated files is pushed with trainstack's own push (`trainstack.hub.push`, the real
+huggingface_hub client) to the fake Hub running in its own process (LFS objects and the Xet CAS on
+disk; not niced: it is the other end of every byte), then restored (`trainstack.hub.restore.install`)
+and compared by sha256. The files are random bytes (a sparse file would be mostly one repeated chunk,
+which Xet sends once). Each push and each restore runs in a fresh child process, whose peak RSS
+(ru_maxrss) is reported next to the same process's RSS before the transfer: streaming means the peak
+does not grow with the checkpoint's size. For Xet, `xorb_mib` is what went over the wire.
 
 Writes benchmarks/results/hub_push.json.
 
-    .venv/bin/python benchmarks/hub_push.py [--sizes-mib 256 1024 2048] [--files 4]
+    .venv/bin/python benchmarks/hub_push.py [--sizes-mib 256 1024 2048] [--files 4] [--paths xet lfs]
 """
 from __future__ import annotations
 
@@ -72,18 +73,21 @@ def start_hub(tmp: Path) -> tuple[subprocess.Popen, str]:
 
 
 def write_checkpoint(save: Path, n: int, total: int, nfiles: int) -> dict[str, str]:
-    """iter_N as Megatron's torch_dist writes it (`nfiles` shards totalling `total` bytes, sparse; `.metadata`
-    last, its completion marker), then the tracker; returns {relative path: sha256}."""
+    """iter_N as Megatron's torch_dist writes it (`nfiles` shards of random bytes totalling `total`;
+    `.metadata` last, its completion marker), then the tracker; returns {relative path: sha256}."""
     d = save / f"iter_{n:07d}"
     d.mkdir(parents=True)
     sums = {}
     for i in range(nfiles):
         p = d / f"__{i}_0.distcp"
-        head = os.urandom(1 << 20)
+        h, left = hashlib.sha256(), total // nfiles
         with open(p, "wb") as f:
-            f.write(head)
-            f.truncate(total // nfiles)
-        sums[p.relative_to(save).as_posix()] = sha256_of(p)
+            while left > 0:
+                block = os.urandom(min(left, 16 << 20))
+                f.write(block)
+                h.update(block)
+                left -= len(block)
+        sums[p.relative_to(save).as_posix()] = h.hexdigest()
     (d / ".metadata").write_bytes(json.dumps({"shards": nfiles}).encode())
     sums[f"iter_{n:07d}/.metadata"] = sha256_of(d / ".metadata")
     (save / "latest_checkpointed_iteration.txt").write_text(str(n))
@@ -96,6 +100,14 @@ def sha256_of(p: Path) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def hub_requests(url: str, since: int = 0) -> list[dict]:
+    """The fake's request log from the `since`-th request on."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/_fake/requests?since={since}", timeout=30) as r:
+        return json.loads(r.read())
 
 
 def child(mode: str, run: str, save: Path, n: int, env: dict) -> dict:
@@ -113,6 +125,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes-mib", type=int, nargs="+", default=[12, 24] if quick else [256, 1024, 2048])
     ap.add_argument("--files", type=int, default=2 if quick else 4, help="weight shards per checkpoint")
+    ap.add_argument("--paths", nargs="+", choices=("xet", "lfs"), default=["xet", "lfs"])
     ns = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="hub-push-bench-"))
     try:
@@ -120,37 +133,44 @@ def main() -> int:
     except RuntimeError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": url, "HF_HOME": str(tmp / "hf-home"),
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": "hf_bench_token_not_checked"}
-    env.pop("HF_HUB_DISABLE_XET", None)  # trainstack's client turns Xet off itself
     rows = []
     try:
         load_before = [round(x, 2) for x in os.getloadavg()]
         for k, mib in enumerate(ns.sizes_mib):
-            run, save, restored = f"r{k}", tmp / f"ck{k}", tmp / f"restored{k}"
+            save = tmp / f"ck{k}"
             sums = write_checkpoint(save, 1, mib << 20, ns.files)
-            push = child("push", run, save, 1, env)
-            pull = child("restore", run, restored, 1, env)
-            same = all(sha256_of(restored / rel) == s for rel, s in sums.items())
-            row = {"size_mib": mib, "files": ns.files, "push_s": round(push["seconds"], 2),
-                   "push_mb_s": round(push["bytes"] / 1e6 / push["seconds"], 1),
-                   "push_rss_before_mib": round(push["rss_before_mib"], 1),
-                   "push_peak_rss_mib": round(push["peak_rss_mib"], 1),
-                   "restore_s": round(pull["seconds"], 2), "restore_mb_s": round(pull["bytes"] / 1e6 / pull["seconds"], 1),
-                   "restore_peak_rss_mib": round(pull["peak_rss_mib"], 1), "round_trip_identical": same}
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr)
+            for path in ns.paths:
+                run, restored = f"r{k}-{path}", tmp / f"restored{k}-{path}"
+                env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": url, "HF_HOME": str(tmp / f"hf-{run}"),
+                       "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": "hf_bench_token_not_checked",
+                       "HF_HUB_DISABLE_XET": "0" if path == "xet" else "1"}
+                before = len(hub_requests(url))
+                push = child("push", run, save, 1, env)
+                pull = child("restore", run, restored, 1, env)
+                sent = sum(r.get("bytes") or 0 for r in hub_requests(url, before)
+                           if r["path"].startswith("/v1/xorbs/"))
+                same = all(sha256_of(restored / rel) == s for rel, s in sums.items())
+                row = {"path": path, "size_mib": mib, "files": ns.files, "push_s": round(push["seconds"], 2),
+                       "push_mb_s": round(push["bytes"] / 1e6 / push["seconds"], 1),
+                       "push_rss_before_mib": round(push["rss_before_mib"], 1),
+                       "push_peak_rss_mib": round(push["peak_rss_mib"], 1),
+                       "restore_s": round(pull["seconds"], 2),
+                       "restore_mb_s": round(pull["bytes"] / 1e6 / pull["seconds"], 1),
+                       "restore_peak_rss_mib": round(pull["peak_rss_mib"], 1), "round_trip_identical": same}
+                if path == "xet":
+                    row["xorb_mib"] = round(sent / (1 << 20), 1)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
+                shutil.rmtree(restored, ignore_errors=True)
+                shutil.rmtree(tmp / f"hf-{run}", ignore_errors=True)
             shutil.rmtree(save, ignore_errors=True)
-            shutil.rmtree(restored, ignore_errors=True)
-            shutil.rmtree(tmp / "lfs", ignore_errors=True)  # the fake's objects of this size (it re-creates dirs)
-            (tmp / "lfs" / "tmp").mkdir(parents=True, exist_ok=True)
     finally:
         hub_proc.terminate()
         hub_proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
-    peaks = [r["push_peak_rss_mib"] for r in rows]
-    result = {"repo": REPO, "path": "lfs (HF_HUB_DISABLE_XET in trainstack's client)", "runs": rows,
-              "push_peak_rss_spread_mib": round(max(peaks) - min(peaks), 1),
+    spread = {p: [r["push_peak_rss_mib"] for r in rows if r["path"] == p] for p in ns.paths}
+    result = {"repo": REPO, "paths": ns.paths, "runs": rows,
+              "push_peak_rss_spread_mib": {p: round(max(v) - min(v), 1) for p, v in spread.items()},
               "all_identical": all(r["round_trip_identical"] for r in rows), "load_average_before": load_before}
     benchlib.write("hub_push.json", result)
     return 0 if result["all_identical"] else 1

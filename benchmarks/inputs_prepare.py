@@ -189,7 +189,7 @@ def main() -> int:
     try:
         env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": str(tmp / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1",
                "HF_HUB_DISABLE_PROGRESS_BARS": "1", "PYTHONPATH": str(ROOT),
-               "HF_HUB_DISABLE_XET": "1"}  # the fake Hub has no Xet (docs/hub.md); trainstack's client disables it too
+               "HF_HUB_DISABLE_XET": "1"}  # both sides on the LFS path, as recorded (Xet: hub_push.py)
         env.pop("HF_TOKEN", None)
         os.environ.update({k: env[k] for k in ("HF_ENDPOINT", "HF_HOME", "HF_HUB_DISABLE_XET")})
         sha = upload(url, tmp, ns.files, ns.file_mib)

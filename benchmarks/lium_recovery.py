@@ -205,6 +205,10 @@ def volume_lost_hub(b: Bench) -> dict:
     wait_for(lambda: b.rec("benchhub")["epoch"] > rec["epoch"] and read_int(tracker) > pushed, 240,
              "a checkpoint after the Hub restore", every=0.05)
     out = {"fault": "volume_lost_hub", "training_again_s": round(time.time() - t0, 2), "hub_checkpoint": pushed}
+    reqs = list(b.hub.requests) if b.hub is not None else []  # which large-file path the pushes and restore took
+    out["xorb_uploads"] = sum(r["path"].startswith("/v1/xorbs/") for r in reqs)
+    out["reconstructions_after_fault"] = sum(r["path"].startswith("/v1/reconstructions/") and r["t"] >= t0
+                                             for r in reqs)
     b.admin.post("/v1/runs/benchhub/cancel")
     wait_for(lambda: b.rec("benchhub")["phase"] == "cancelled", 90, "benchhub cancelled")
     return out

@@ -7,9 +7,9 @@
 #
 #   eval "$(scripts/hub-local.sh up)"      # the running shell talks to it from now on
 #
-# State is in memory, LFS objects in $TRAINSTACK_HUB_DIR/lfs (both gone after `down`); every request is logged
-# to $TRAINSTACK_HUB_DIR/requests.jsonl. It has no Xet storage: trainstack's own client takes the LFS path by
-# itself; for `hf upload` and other clients against it, export HF_HUB_DISABLE_XET=1 (docs/hub.md).
+# State is in memory, LFS objects and the Xet CAS in $TRAINSTACK_HUB_DIR/lfs (both gone after `down`); every
+# request is logged to $TRAINSTACK_HUB_DIR/requests.jsonl. It serves both large-file paths: clients take Xet by
+# default, Git LFS with HF_HUB_DISABLE_XET=1 (docs/hub.md).
 # Settings: TRAINSTACK_HUB_DIR (default ./.hub-local), HUB_PORT (default: any free port), PYTHON (the
 # interpreter with trainstack installed; default the checkout's .venv, else python3), HUB_REQUIRE_TOKEN=1
 # (refuse writes without `Authorization: Bearer $HF_TOKEN`, like the real Hub).

@@ -54,12 +54,11 @@ def files_under(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
-@pytest.fixture
-def fake_hub(tmp_path, monkeypatch):
+def _fake_hub(tmp_path, monkeypatch, xet: bool):
     """A local Hugging Face Hub (trainstack_dev.fakes.hub) that the real huggingface_hub client talks to:
     HF_ENDPOINT points at it, HF_HOME is private to the test, HF_TOKEN is a per-test secret the fake
-    requires for writes and private repos. Subprocesses started by the test inherit all three. The fake
-    has no Xet storage: the client takes the LFS path (HF_HUB_DISABLE_XET, docs/hub.md)."""
+    requires for writes and private repos. Subprocesses started by the test inherit all of them. The
+    fake serves both large-file paths, as the Hub does; `xet` picks the one the client takes."""
     import secrets as _secrets
 
     from huggingface_hub import constants as hf_constants
@@ -69,10 +68,25 @@ def fake_hub(tmp_path, monkeypatch):
     hub = FakeHub(token=token, log_path=str(tmp_path / "hub-requests.jsonl")).start()
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_TOKEN", token)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # hf_xet's chunk and shard caches too
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)  # read once, at import
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "0" if xet else "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", not xet)  # read once, at import
+    return hub
+
+
+@pytest.fixture
+def fake_hub(tmp_path, monkeypatch):
+    """The fake Hub, with the client on the Git LFS path (`HF_HUB_DISABLE_XET=1`, docs/hub.md)."""
+    hub = _fake_hub(tmp_path, monkeypatch, xet=False)
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture
+def fake_hub_xet(tmp_path, monkeypatch):
+    """The fake Hub, with the client on its default path, Xet (hf_xet against the fake's CAS)."""
+    hub = _fake_hub(tmp_path, monkeypatch, xet=True)
     yield hub
     hub.stop()
 

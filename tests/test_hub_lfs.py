@@ -1,5 +1,5 @@
 """The fake Hub takes the large-file path as the real Hub does, driven by the real huggingface_hub 2.4.0
-client (Xet off, docs/hub.md): preupload says `lfs` for files over 10 MiB, binary files and the repo's
+client on its Git LFS path (`HF_HUB_DISABLE_XET=1`; the Xet path: test_hub_xet.py): preupload says `lfs` for files over 10 MiB, binary files and the repo's
 LFS patterns; a commit with a regular file over 10 MiB is refused; LFS objects go through the batch
 API (basic and multipart) to a storage host and come back through a redirect, at any revision. The
 old fake answered `regular` for everything, so a checkpoint went up as base64 inside one commit."""
@@ -168,15 +168,20 @@ def test_downloads_honour_the_revision_by_branch_and_commit(fake_hub, tmp_path):
     assert entries["w.bin"].lfs.sha256 == json.loads(h["X-Linked-Etag"]) and entries["w.bin"].size == len(old)
 
 
-def test_a_client_with_xet_on_is_told_what_to_set(fake_hub):
-    req = urllib.request.Request(f"{fake_hub.url}/api/models/{REPO}/xet-write-token/main",
-                                 headers={"Authorization": f"Bearer {fake_hub.token}"})
+def test_a_hub_without_xet_tells_a_xet_client_what_to_set(tmp_path):
     from huggingface_hub import HfApi
+    from trainstack_dev.fakes.hub import FakeHub
 
-    HfApi(endpoint=fake_hub.url).create_repo(REPO, private=True)
-    with pytest.raises(urllib.error.HTTPError) as ex:
-        urllib.request.urlopen(req, timeout=10)
-    assert ex.value.code == 404 and "HF_HUB_DISABLE_XET=1" in ex.value.headers["X-Error-Message"]
+    hub = FakeHub(token="t", xet=False, blob_dir=str(tmp_path / "blobs")).start()
+    try:
+        HfApi(endpoint=hub.url, token="t").create_repo(REPO, private=True)
+        req = urllib.request.Request(f"{hub.url}/api/models/{REPO}/xet-write-token/main",
+                                     headers={"Authorization": "Bearer t"})
+        with pytest.raises(urllib.error.HTTPError) as ex:
+            urllib.request.urlopen(req, timeout=10)
+        assert ex.value.code == 404 and "HF_HUB_DISABLE_XET=1" in ex.value.headers["X-Error-Message"]
+    finally:
+        hub.stop()
 
 
 def test_faults_on_the_large_file_path_are_survived(fake_hub, tmp_path):

@@ -73,6 +73,7 @@ def test_sync_pushes_the_selected_checkpoints_and_trains_the_same_weights(fake_h
     rd = tmp_path / "runs" / "synced"
     evs = events(rd)
     assert [e["iteration"] for e in evs if e["event"] == "hub_push"] == [2, 5, 7]  # every 3rd, and the last
+    assert {e["transfer"] for e in evs if e["event"] == "hub_push"} == {"lfs"}  # HF_HUB_DISABLE_XET=1 (fixture)
     kinds = [e["event"] for e in evs]
     assert kinds.index("exit") > max(i for i, k in enumerate(kinds) if k == "hub_push")  # pushed, then reported
     last = [e for e in evs if e["event"] == "hub_push"][-1]
@@ -88,7 +89,9 @@ def test_sync_pushes_the_selected_checkpoints_and_trains_the_same_weights(fake_h
     assert not leaks and token not in synced.stdout + synced.stderr
 
 
-def test_a_lost_disk_resumes_from_the_hub_with_bit_identical_weights(fake_hub, tmp_path):
+def test_a_lost_disk_resumes_from_the_hub_with_bit_identical_weights(fake_hub_xet, tmp_path):
+    """On the client's default large-file path, Xet (the LFS path: the other tests here)."""
+    fake_hub = fake_hub_xet
     common = ("env.num_rollout=12", "args.save_interval=2")
     assert launch(tmp_path, "run_id=reference", *common).returncode == 0
     argv = ("run_id=lost", *common, f"hub.repo_id={REPO}")
@@ -118,6 +121,9 @@ def test_a_lost_disk_resumes_from_the_hub_with_bit_identical_weights(fake_hub, t
     final = Path("checkpoints") / "iter_0000011" / "model.pt"
     assert same_weights(tmp_path / "runs" / "reference" / final, rd / final)
     assert hub_pointer(fake_hub, "lost")["iteration"] == 11
+    assert {e.get("transfer") for e in evs if e["event"] == "hub_push"} == {"xet"}
+    assert any(r["path"].startswith("/v1/xorbs/") for r in fake_hub.requests)
+    assert any(r["path"].startswith("/v1/reconstructions/") for r in fake_hub.requests)  # the restore
 
 
 def test_sigterm_pushes_the_final_checkpoint_within_the_grace_period(fake_hub, tmp_path):

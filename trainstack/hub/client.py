@@ -5,11 +5,11 @@ The endpoint is `HF_ENDPOINT` (read when a client is made, so a fake Hub set in 
 import still wins); the token is the client's own: `HF_TOKEN` or the token cache (`hf auth login`).
 trainstack never reads, passes, stores or prints it; error texts are scrubbed before they are shown.
 
-Large files take the Git LFS path (batch API, one streamed PUT or a multipart upload of parts, read
-from the file in place): the client's Xet path is switched off in this process (`HF_HUB_DISABLE_XET`,
-see `disable_xet`), because LFS is the path the project's fake Hub implements and tests, and the
-real Hub accepts LFS uploads to every repo, Xet-backed ones included ("Backward Compatibility with
-LFS", huggingface.co/docs/hub/xet/legacy-git-lfs). docs/hub.md has the details.
+Large files take the path the client picks, as for any `hf upload`: Xet (`hf_xet`: the file is
+chunked, chunks the Hub already has are not sent again, so a checkpoint whose weights moved a little
+costs a fraction of its size) unless `HF_HUB_DISABLE_XET=1`, then Git LFS (batch API, one streamed PUT
+or a multipart upload of parts). Both read the file in place; the fake Hub implements both and the
+tests drive both (docs/hub.md, "Large files").
 """
 from __future__ import annotations
 
@@ -20,20 +20,16 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trainstack import secrets
+from trainstack.hf_env import bound_xet_memory
 from trainstack.hub import layout
 
 
-def disable_xet() -> bool:
-    """Make huggingface_hub take the LFS path in this process (the launcher's, where sync and restore
-    run). The library reads `HF_HUB_DISABLE_XET` once, at import, into a constant it consults on every
-    transfer: that constant is set, the environment is left alone (the trainer's own downloads keep
-    Xet). A user who exported HF_HUB_DISABLE_XET=0 keeps Xet (untested here). Returns whether Xet is off."""
-    if os.environ.get("HF_HUB_DISABLE_XET", "").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    from huggingface_hub import constants
+def transfer_path() -> str:
+    """Which large-file path this process's client takes: "xet" or "lfs" (`HF_HUB_DISABLE_XET`, or no
+    hf_xet on this platform). Recorded with each push."""
+    from huggingface_hub.utils._runtime import is_xet_available
 
-    constants.HF_HUB_DISABLE_XET = True
-    return True
+    return "xet" if is_xet_available() else "lfs"
 
 
 class HubUnavailable(Exception):
@@ -83,11 +79,12 @@ class HubClient:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()  # the launcher's console is the trainer's; no upload bars in it
-        disable_xet()
+        bound_xet_memory()
         self.repo_id = repo_id
         self.private = private
         self.endpoint = endpoint or os.environ.get("HF_ENDPOINT") or None
         self.api = HfApi(endpoint=self.endpoint)
+        self.transfer = transfer_path()
         self._ensured = False
 
     # --- repo ------------------------------------------------------------------------------
@@ -141,7 +138,8 @@ class HubClient:
     # --- writing ---------------------------------------------------------------------------
     def upload_folder(self, folder: str | Path, path_in_repo: str, allow: list[str], message: str) -> str:
         """Files of a local folder, read in place (no copy): small text files inline in the commit, the
-        others as LFS objects streamed from disk (memory does not grow with their size), then one commit.
+        others on the large-file path (Xet or LFS), streamed from disk (memory does not grow with their
+        size), then one commit.
         Returns the commit's id: its tree holds every file of this upload."""
         info = self.api.upload_folder(repo_id=self.repo_id, folder_path=str(folder), path_in_repo=path_in_repo,
                                       allow_patterns=allow, commit_message=message)

@@ -210,7 +210,7 @@ class SyncWorker:
         self.rundir.event("hub_push", repo_id=self.hub.repo_id, iteration=i, commit=res.commit,
                           files_commit=res.files_commit, files=res.files, bytes=res.bytes, hf_commit=res.hf_commit,
                           hf_missing=res.hf_missing or None, rollouts=len(res.rollouts), deleted=res.deleted,
-                          seconds=round(res.seconds, 3))
+                          seconds=round(res.seconds, 3), transfer=getattr(self._client, "transfer", None))
         self._status(pending=self.wanted, pushed=res)
         _say(f"pushed {iter_name(i)} to {self.hub.repo_id} (commit {res.commit[:12] if res.commit else '-'}, "
              f"{res.files} files, {res.bytes / 1e6:.1f} MB, {res.seconds:.1f} s)")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.hf_env import bound_xet_memory
 from trainstack.inputs import cache
 from trainstack.inputs.sources import DatasetSource, ModelSource, Sources, pinned, read
 
@@ -255,6 +256,8 @@ def _download(repo: str, sha: str, repo_type: str, names: list[str], local_dir: 
     from concurrent.futures import ThreadPoolExecutor
 
     from huggingface_hub import hf_hub_download
+
+    bound_xet_memory()
 
     def one(name: str) -> None:
         hf_hub_download(repo, name, revision=sha, repo_type=repo_type, local_dir=local_dir, endpoint=_endpoint())
