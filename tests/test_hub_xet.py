@@ -200,6 +200,7 @@ def test_faults_on_the_xet_path_are_survived(fake_hub_xet, tmp_path):
         assert json.loads(hub.files(REPO)["x/latest.json"])["iteration"] == n
         assert hub.files(REPO, res.files_commit)[f"x/iter_{n:07d}/model.pt"] == truth[n][f"iter_{n:07d}/model.pt"]
     assert violations == []
+    assert os.listdir(hub.cas.tmp("")) == []  # the cut xorb body was not kept
 
 
 def test_a_client_without_xet_reads_what_xet_stored_at_each_revision(fake_hub_xet, tmp_path):

@@ -18,8 +18,8 @@ registered (its sha256 and size must match), a `resolve` of it carries `X-Xet-Ha
 CAS, checked against the sha256). Faults are injected per
 request (`FakeHub.inject` or `POST /_fake/faults`): 5xx/429 answers (with Retry-After), slow
 answers, connections dropped before an answer, in the middle of a request body, or after a commit
-was applied (a lost response). Every request is logged (method, path, status, fault; never headers,
-so never a token).
+was applied (a lost response). Every request is logged (method, path, status, fault, the error
+answered; never headers, so never a token).
 
     python -m trainstack_dev.fakes.hub --port 0        # prints HF_ENDPOINT=http://127.0.0.1:PORT
     scripts/hub-local.sh up                        # the same in the background (docs/hub.md)
@@ -968,8 +968,12 @@ class _Handler(BaseHTTPRequestHandler):
                     pass
                 return self._error(400, None, "malformed xorb key")
             tmp = self.hub.cas.tmp(f"{segs[3]}.{threading.get_ident()}.{time.monotonic_ns()}")
-            with open(tmp, "wb") as f:
-                self._body_to_file(f, fault)
+            try:
+                with open(tmp, "wb") as f:
+                    self._body_to_file(f, fault)
+            except BaseException:  # a body cut mid-way (dropped connection): nothing of it is kept
+                os.unlink(tmp)
+                raise
             if self._xet_grant("write") is None:
                 os.unlink(tmp)
                 return
