@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "bench/big-ckpts"
@@ -102,11 +103,11 @@ def sha256_of(p: Path) -> str:
     return h.hexdigest()
 
 
-def hub_requests(url: str, since: int = 0) -> list[dict]:
-    """The fake's request log from the `since`-th request on."""
+def fake_get(url: str, route: str) -> Any:
+    """One of the fake Hub's own routes (`/_fake/health`: the request count; `/_fake/requests?since=N`)."""
     import urllib.request
 
-    with urllib.request.urlopen(f"{url}/_fake/requests?since={since}", timeout=30) as r:
+    with urllib.request.urlopen(f"{url}/_fake/{route}", timeout=30) as r:
         return json.loads(r.read())
 
 
@@ -144,10 +145,10 @@ def main() -> int:
                 env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": url, "HF_HOME": str(tmp / f"hf-{run}"),
                        "HF_HUB_DISABLE_TELEMETRY": "1", "HF_TOKEN": "hf_bench_token_not_checked",
                        "HF_HUB_DISABLE_XET": "0" if path == "xet" else "1"}
-                before = len(hub_requests(url))
+                before = fake_get(url, "health")["requests"]
                 push = child("push", run, save, 1, env)
                 pull = child("restore", run, restored, 1, env)
-                sent = sum(r.get("bytes") or 0 for r in hub_requests(url, before)
+                sent = sum(r.get("bytes") or 0 for r in fake_get(url, f"requests?since={before}")
                            if r["path"].startswith("/v1/xorbs/"))
                 same = all(sha256_of(restored / rel) == s for rel, s in sums.items())
                 row = {"path": path, "size_mib": mib, "files": ns.files, "push_s": round(push["seconds"], 2),

@@ -25,8 +25,7 @@ XET_BOUNDS = {
 }
 
 
-def bound_xet_memory() -> dict[str, str]:
-    """Set the bounds this process has no value for; returns the ones set."""
-    added = {k: v for k, v in XET_BOUNDS.items() if k not in os.environ}
-    os.environ.update(added)
-    return added
+def bound_xet_memory() -> None:
+    """Set the bounds this process has no value for."""
+    for key, value in XET_BOUNDS.items():
+        os.environ.setdefault(key, value)

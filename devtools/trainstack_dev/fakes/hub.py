@@ -194,9 +194,8 @@ class Upload:
 
 @dataclass(frozen=True)
 class XetGrant:
-    """A CAS access token the Hub handed out: for which repo, read or write, until when."""
+    """A CAS access token the Hub handed out: read or write, until when."""
 
-    repo_key: str
     scope: str  # read | write
     expires: float
 
@@ -285,7 +284,7 @@ class FakeHub:
         self.store.fallback = self.materialize  # a file only the CAS holds
         self.uploads: dict[str, Upload] = {}  # upload token -> what it may receive
         self.xet = xet
-        self.xet_token_ttl = xet_token_ttl  # short: the client must refresh through the Hub mid-transfer
+        self.xet_token_ttl = xet_token_ttl  # seconds a handed-out CAS token lives
         self.cas = CasStore(os.path.join(self.store.root, "xet"))
         self.xet_grants: dict[str, XetGrant] = {}
         self._materializing: dict[str, threading.Lock] = {}
@@ -329,9 +328,9 @@ class FakeHub:
         if self._own_blobs:
             shutil.rmtree(self.store.root, ignore_errors=True)
 
-    def grant_xet(self, repo_key: str, scope: str, ttl: float | None = None) -> tuple[str, XetGrant]:
+    def grant_xet(self, scope: str, ttl: float | None = None) -> tuple[str, XetGrant]:
         token = "xet_" + hashlib.sha256(os.urandom(16)).hexdigest()[:40]
-        grant = XetGrant(repo_key, scope, time.time() + (self.xet_token_ttl if ttl is None else ttl))
+        grant = XetGrant(scope, time.time() + (self.xet_token_ttl if ttl is None else ttl))
         with self.lock:
             self.xet_grants[token] = grant
         return token, grant
@@ -350,7 +349,7 @@ class FakeHub:
                 return
             import hf_xet
 
-            token, grant = self.grant_xet("*", "read", ttl=3600)
+            token, grant = self.grant_xet("read", ttl=3600)
             tmp = self.store.tmp(f"xet-{sha256}")
             with hf_xet.XetSession().new_file_download_group(endpoint=self.storage_url, token=token,
                                                              token_expiry_unix_secs=int(grant.expires)) as group:
@@ -622,7 +621,7 @@ class _Handler(BaseHTTPRequestHandler):
             since = query.get("since")
             return self._send(200, self.hub.requests[int(since[0]):] if since else self.hub.requests[-1000:])
         if segs[:2] == ["_fake", "health"]:
-            return self._send(200, {"ok": True, "repos": len(self.hub.repos)})
+            return self._send(200, {"ok": True, "repos": len(self.hub.repos), "requests": len(self.hub.requests)})
         if segs[:3] == ["api", "repos", "create"] and method == "POST":
             if not self._authorized():
                 return self._error(401, None, "Invalid credentials in Authorization header")
@@ -942,31 +941,31 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, None, "Invalid credentials in Authorization header")
         if repo.resolve(rev) is None and not (scope == "write" and query.get("create_pr")):
             return self._error(404, "RevisionNotFound", "Invalid rev id")
-        token, grant = self.hub.grant_xet(f"{repo.repo_type}:{repo.repo_id}", scope)
+        token, grant = self.hub.grant_xet(scope)
         headers = {"X-Xet-Cas-Url": self.hub.storage_url, "X-Xet-Access-Token": token,
                    "X-Xet-Token-Expiration": str(int(grant.expires))}
         return self._send(200, {"casUrl": self.hub.storage_url, "accessToken": token, "exp": int(grant.expires)},
                           headers)
 
-    def _xet_grant(self, scope: str) -> XetGrant | None:
-        """The request's CAS token, when it is valid for `scope` (else the 401/403 is sent)."""
+    def _xet_refusal(self, scope: str) -> tuple[int, str] | None:
+        """Why the request's CAS token does not allow `scope` (401/403), or None."""
         auth = self.headers.get("Authorization", "")
         grant = self.hub.xet_grants.get(auth[7:]) if auth.startswith("Bearer ") else None
         if grant is None or grant.expires <= time.time():
-            self._error(401, None, "missing or expired Xet token")
-            return None
+            return 401, "missing or expired Xet token"
         if scope == "write" and grant.scope != "write":
-            self._error(403, None, "this Xet token does not have the write scope")
-            return None
-        return grant
+            return 403, "this Xet token does not have the write scope"
+        return None
 
     def _cas_route(self, method: str, segs: list[str], fault: Fault | None, body: bytes) -> None:
         """The CAS API (xet-core openapi/cas.openapi.yaml), V1 routes."""
         if method == "POST" and len(segs) == 4 and segs[1] == "xorbs":
-            if segs[2] != "default" or not HASH_RE.match(segs[3]):
+            refusal = self._xet_refusal("write") or (
+                (400, "malformed xorb key") if segs[2] != "default" or not HASH_RE.match(segs[3]) else None)
+            if refusal is not None:  # refused before anything is written; the body is read and dropped
                 for _ in self._body_chunks(None):
                     pass
-                return self._error(400, None, "malformed xorb key")
+                return self._error(refusal[0], None, refusal[1])
             tmp = self.hub.cas.tmp(f"{segs[3]}.{threading.get_ident()}.{time.monotonic_ns()}")
             try:
                 with open(tmp, "wb") as f:
@@ -974,16 +973,14 @@ class _Handler(BaseHTTPRequestHandler):
             except BaseException:  # a body cut mid-way (dropped connection): nothing of it is kept
                 os.unlink(tmp)
                 raise
-            if self._xet_grant("write") is None:
-                os.unlink(tmp)
-                return
             try:
                 inserted = self.hub.cas.admit_xorb(tmp, segs[3])
             except FormatError as ex:
                 return self._error(400, None, f"bad xorb serialization: {ex}")
             return self._send(200, {"was_inserted": inserted})
-        if self._xet_grant("write" if method == "POST" and segs[1] == "shards" else "read") is None:
-            return
+        refusal = self._xet_refusal("write" if method == "POST" and segs[1] == "shards" else "read")
+        if refusal is not None:
+            return self._error(refusal[0], None, refusal[1])
         if method == "POST" and segs == ["v1", "shards"]:
             try:
                 result = self.hub.cas.admit_shard(body)

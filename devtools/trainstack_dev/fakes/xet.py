@@ -110,7 +110,7 @@ def xorb_chunk_offsets(path: str) -> list[int]:
         while pos < size:
             f.seek(pos)
             header = f.read(8)
-            if header[:7] == XORB_FOOTER_IDENT[:len(header[:7])] and len(header) >= 7:
+            if header[:7] == XORB_FOOTER_IDENT:
                 f.seek(size - 4)
                 info_len = struct.unpack("<I", f.read(4))[0]
                 if pos + info_len + 4 != size:
