@@ -160,6 +160,7 @@ class ArgTable:
 
     def __init__(self, raw: dict):
         self.meta: dict = raw["meta"]
+        self.raw_arguments: list[dict] = raw["arguments"]  # as recorded, in parser order (the tiny parser)
         by_dest: dict[str, list[dict]] = {}
         for a in raw["arguments"]:
             by_dest.setdefault(a["dest"], []).append(a)
@@ -238,10 +239,27 @@ class ArgTable:
         return difflib.get_close_matches(key, list(self.specs), n=n, cutoff=0.75)
 
 
-@lru_cache(maxsize=1)
+_ACTIVE: list[str] = []  # the table of the run's slime checkout (trainstack.upstream.select); empty: the pin's
+
+
+def use_table(path: str | Path | None) -> None:
+    """Make ``path`` the table ``load_table()`` returns in this process (None: the packaged pin's)."""
+    _ACTIVE[:] = [str(path)] if path is not None and Path(path) != TABLE_PATH else []
+
+
 def load_table(path: str | None = None) -> ArgTable:
-    with open(path or TABLE_PATH, encoding="utf-8") as f:
-        return ArgTable(json.load(f))
+    """The table at ``path``; by default the active one (the run's slime), else the packaged pin's."""
+    return _load_table(str(path or (_ACTIVE[0] if _ACTIVE else TABLE_PATH)))
+
+
+@lru_cache(maxsize=4)
+def _load_table(path: str) -> ArgTable:
+    if Path(path) == TABLE_PATH:
+        with open(path, encoding="utf-8") as f:
+            return ArgTable(json.load(f))
+    from trainstack.upstream.versions import read_table  # a packaged delta or a cached table
+
+    return ArgTable(read_table(path))
 
 
 @lru_cache(maxsize=1)

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from trainstack.argtable import load_table
 from trainstack.errors import ConfigError
 from trainstack.plugin_paths import locate
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
-from trainstack.slime_version import version_problems
+from trainstack.upstream.select import checkout_problems, table_label
 
 # Data paths an env's `meta.prepare` hook writes at launch (under data_root).
 PREPARED_DATA_DESTS = ("prompt_data", "eval_prompt_data", "hf_checkpoint")  # hf_checkpoint: a tokenizer dir (cpu-agentic)
@@ -128,7 +127,7 @@ def slime_checkout_problems(facts: HostFacts) -> list[ConfigError]:
     if script is None:
         return []
     if script.is_file():
-        return version_problems(script.parent, load_table().slime_commit)
+        return checkout_problems(script.parent, [t for t in facts.command.argv if t.startswith("--")])
     return [ConfigError("slime.root", f"the slime checkout this run uses has no {script.name}: {script} does not "
                         "exist on this machine, which is where the trainer would run",
                         "`git submodule update --init slime` in the trainstack checkout, or set "
@@ -153,8 +152,8 @@ def deferred_checks(facts: HostFacts) -> list[str]:
     script = slime_script(facts)
     if script is not None:
         out.append(f"slime checkout {script.parent} has {script.name}")
-        out.append(f"slime checkout {script.parent} is at slime {load_table().slime_commit[:12]} (the argument "
-                   "table's commit)")
+        out.append(f"slime checkout {script.parent} is a slime version trainstack knows (by the content of its "
+                   f"argument files) and has every flag of the command (rendered for {table_label()})")
     for dest, kind, path in _inputs(facts):
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
     for dest, value in _plugins(facts):

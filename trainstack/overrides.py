@@ -20,6 +20,8 @@ from trainstack import argtable as at
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
 from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
+from trainstack.upstream.renames import hint_for_dest
+from trainstack.upstream.select import activate_for_root, root_from_overrides
 
 _OVERRIDE = re.compile(r"^(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w.\-/@]*?)(?P<eq>=(?P<value>.*))?$", re.S)
 _FREE_MAPS = {"runtime_env.env_vars"}  # user-named keys
@@ -96,7 +98,8 @@ def check_override(token: str, conf_dir: str, has_searchpath: bool) -> tuple[str
             return f"{'~' if prefix == '~' else '++'}{head}.{alias}={value}", None
         if dest not in table or "." in rest:
             cand = table.suggest(dest)
-            fix = at.did_you_mean(cand, f"{head}.") or "this is not one of slime's 1390 arguments; see docs/config.md"
+            fix = (hint_for_dest(dest, table, f"{head}.") or at.did_you_mean(cand, f"{head}.")
+                   or f"this is not one of slime's {len(table.specs)} arguments; see docs/config.md")
             # the value of an unknown key is never echoed (a mistyped args.wandb_kye=... holds a key)
             return token, ConfigError(key, "not a slime argument (slime would silently ignore it)", fix,
                                       source=f"command line `{key}=...`")
@@ -144,6 +147,7 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
     if flags.shell_completion or flags.help or flags.hydra_help:
         return list(argv)  # completion/help read the overrides themselves (`-sc install=bash`)
     errors = []
+    activate_for_root(root_from_overrides(overrides))  # the run's slime decides which keys are slime's
     has_searchpath = any(a.startswith(("hydra.searchpath", "+hydra.searchpath")) for a in overrides)
     rewritten = []
     dirs = os.pathsep.join(filter(None, [conf_dir, flags.config_dir]))  # --config-dir adds presets

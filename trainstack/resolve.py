@@ -21,6 +21,8 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
 from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
+from trainstack.upstream.renames import hint_for_dest
+from trainstack.upstream.select import activate_for_root
 from trainstack.schema import (
     DEST_NAMESPACES,
     HubSpec,
@@ -478,6 +480,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     value per dest (precedence, cluster derivation) -> dest checks (types, secrets, managed dests)
     -> absolute paths -> identity (name, run_id, run dir) -> trainstack-managed dests."""
     tree = plain_tree(cfg)
+    activate_for_root(absolute(str((tree.get("slime") or {}).get("root") or "slime"), origin.cwd))  # its table
     typed, layers, meta = typed_sections(tree, origin)
     cluster: ClusterSpec = typed["cluster"]
     merged, provenance, layer_of = merge_dests(layers, cluster, origin)
@@ -593,7 +596,8 @@ def typed_sections(tree: dict[str, Any], origin: Origin
                 cand = table.suggest(dest)
                 errors.append(ConfigError(
                     f"{ns}.{dest}", "not a slime argument (slime would silently ignore it)",
-                    at.did_you_mean(cand, f"{ns}.") or "see `trainstack args --search WORD` for slime's dests",
+                    hint_for_dest(dest, table, f"{ns}.") or at.did_you_mean(cand, f"{ns}.")
+                    or "see `trainstack args --search WORD` for slime's dests",
                     source=origin.source_of(f"{ns}.{dest}")))
                 node.pop(dest)
         layers[ns] = node

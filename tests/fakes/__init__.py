@@ -129,12 +129,21 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
 
 
 def fake_slime_git(root: Path, commit: str | None = None) -> None:
-    """Git metadata of a slime checkout at `commit` (default: the argument table's), as the host's
-    version check reads it (`trainstack/slime_version.py`)."""
-    from trainstack.argtable import load_table
+    """A slime checkout as the host's version check reads it (trainstack/upstream/identity.py): the pin's
+    argument files (copied from the `slime/` submodule) and git metadata at `commit` (default: the
+    pin's). At another commit the argument files differ (one line added), so its content is unknown."""
+    from trainstack.upstream import identity, versions
 
+    here = Path(__file__).resolve().parents[2] / "slime"
+    pin = versions.pin()
+    for rel in identity.ARGUMENT_FILES:
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = (here / rel).read_text(encoding="utf-8")
+        target.write_text(text if commit in (None, pin.commit) else text + f"# at {commit}\n", encoding="utf-8")
+    (root / "slime" / "__init__.py").touch()
     (root / ".git").mkdir(parents=True, exist_ok=True)
-    (root / ".git" / "HEAD").write_text((commit or load_table().slime_commit) + "\n")
+    (root / ".git" / "HEAD").write_text((commit or pin.commit) + "\n")
 
 
 def write_checkpoint(save_dir: Path, rollout_id: int) -> None:

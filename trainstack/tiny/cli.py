@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainstack.argtable import TABLE_PATH, ArgSpec, did_you_mean, load_table
+from trainstack.argtable import ArgSpec, ArgTable, did_you_mean, load_table
 from trainstack.errors import ConfigError, ConfigErrors
 
 
@@ -67,19 +67,21 @@ def _converter(value_kind: str):
 
 
 def _load_raw_actions() -> list[dict]:
-    with open(TABLE_PATH, encoding="utf-8") as f:
-        return json.load(f)["arguments"]
+    return load_table().raw_arguments
 
 
-@functools.lru_cache(maxsize=1)
 def build_parser() -> _Parser:
     """One argparse action per recorded slime action; only explicitly given dests land in the namespace.
-    Built once per process (1,400 actions take ~0.1 s; parsing does not change the parser): a sweep's
-    preflight parses every point's argv with it."""
-    table = load_table()
+    Built once per process and table (1,400 actions take ~0.1 s; parsing does not change the parser): a
+    sweep's preflight parses every point's argv with it."""
+    return _build_parser(load_table())
+
+
+@functools.lru_cache(maxsize=2)
+def _build_parser(table: ArgTable) -> _Parser:
     p = _Parser(prog="python -m trainstack.tiny.train", add_help=False, allow_abbrev=False,
                 argument_default=argparse.SUPPRESS)
-    for a in _load_raw_actions():
+    for a in table.raw_arguments:
         spec = table.specs[a["dest"]]
         opts = [o for o in a["option_strings"] if o.startswith("-")]
         act = a["action"]

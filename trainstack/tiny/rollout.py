@@ -93,10 +93,10 @@ class SlimeRollouts:
         self.manager.custom_convert_samples_to_train_data_func = (
             load_function(args.custom_convert_samples_to_train_data_path)
             if args.custom_convert_samples_to_train_data_path else None)
-        from trainstack.slime_version import checkout_commit
+        from trainstack.upstream.versions import identify
 
-        commit = checkout_commit(root)[0] or "unknown-commit"
-        print(f"[tiny] rollout: slime {commit[:8]} ({root}) " + " ".join(SLIME_FUNCTIONS)
+        known = identify(root)
+        print(f"[tiny] rollout: {known.label if known else 'slime of unknown version'} ({root}) " + " ".join(SLIME_FUNCTIONS)
               + f"; generation: tiny SGLang-compatible server {self.server.url}", file=sys.stderr, flush=True)
 
     def __len__(self) -> int:

@@ -24,6 +24,11 @@ def main_parse(argv: list[str] | None = None) -> ParsedArgv:
     if any(a in ("-h", "--help") for a in argv):
         print(usage())
         sys.exit(0)
+    from trainstack.upstream.select import activate_for_root
+
+    from .slime_upstream import slime_root
+
+    activate_for_root(slime_root())  # the argv is parsed with the table of the slime this trainer imports
     parsed = parse_argv(argv)
     validate(parsed, env=os.environ)
     return parsed
