@@ -50,9 +50,7 @@ class SlimeRollouts:
         from . import slime_upstream
 
         root = slime_upstream.load()
-        from slime.observability.rollout_data_utils import validate_rollout_id_annotated
         from slime.rollout.base_types import call_rollout_fn
-        from slime.rollout.sample_hooks import set_current_rollout_id
         from slime.utils.eval_config import build_eval_dataset_configs
         from slime.utils.misc import load_function
 
@@ -60,8 +58,9 @@ class SlimeRollouts:
 
         self.args = args
         self._call = call_rollout_fn
-        self._set_rollout_id = set_current_rollout_id
-        self._validate_ids = validate_rollout_id_annotated
+        self._set_rollout_id = _rollout_id_setter()
+        self._validate_ids = slime_upstream.upstream_function("validate_rollout_ids", root)
+        self._metrics = slime_upstream.upstream_function("compute_metrics_from_samples", root)
         if not args.hf_checkpoint:  # slime loads the tokenizer from --hf-checkpoint: the tiny one's files
             from . import hf_tokenizer
 
@@ -71,6 +70,8 @@ class SlimeRollouts:
 
         args.sglang_router_ip, args.sglang_router_port = self.server.start(get_async_loop().loop)
         args.rollout_num_engines = 1  # one "engine" behind the "router": the tiny server
+        if getattr(args, "rollout_num_gpus", None) is None:  # slime v0.3.0 counts engines as gpus // gpus per engine
+            args.rollout_num_gpus = args.rollout_num_gpus_per_engine
         args.sglang_enable_deterministic_inference = True  # slime then sends sampling_seed per group index
         slime_upstream.install_http_client(args, self.server)
         eval_pairs = list(getattr(args, "eval_datasets", None) or [])
@@ -106,8 +107,6 @@ class SlimeRollouts:
         """slime's RolloutManager.generate minus Ray: rollout fn -> flatten -> train data."""
         import itertools
 
-        from slime.observability.rollout_metrics import compute_metrics_from_samples
-
         self._set_rollout_id(rollout_id)
         self.server.begin(rollout_id, "train")
         out = self._call(self.generate_rollout, self.args, rollout_id, self.data_source, evaluation=False)
@@ -117,7 +116,7 @@ class SlimeRollouts:
             data = list(itertools.chain.from_iterable(data))
         train_data = self.manager._convert_samples_to_train_data(data)
         metrics = {f"rollout/{k}": float(v) for k, v in (out.metrics or {}).items() if _number(v)}
-        metrics.update({f"rollout/{k}": float(v) for k, v in compute_metrics_from_samples(self.args, data).items()
+        metrics.update({f"rollout/{k}": float(v) for k, v in self._metrics(self.args, data).items()
                         if _number(v)})
         metrics.update(failure_metrics(data))
         return RolloutResult(data, train_data, metrics)
@@ -159,6 +158,18 @@ class SlimeRollouts:
         if hasattr(client, "aclose"):
             asyncio.run_coroutine_threadsafe(client.aclose(), get_async_loop().loop).result(timeout=10)
         self.server.stop()
+
+
+def _rollout_id_setter():
+    """slime's `set_current_rollout_id` (the rollout id its sample hooks read); a slime before sample hooks
+    (v0.3.x, no `slime.rollout.sample_hooks`) has nothing to set."""
+    try:
+        from slime.rollout.sample_hooks import set_current_rollout_id
+    except ModuleNotFoundError as e:
+        if e.name != "slime.rollout.sample_hooks":
+            raise
+        return lambda rollout_id: None
+    return set_current_rollout_id
 
 
 def failure_metrics(samples) -> dict[str, float]:

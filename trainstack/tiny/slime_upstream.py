@@ -50,6 +50,10 @@ SGLANG_STANDINS: dict[str, tuple[str, ...]] = {
 }
 
 
+# the router the tiny server imitates (its `/workers` route, not 0.2.1's `/list_workers`): slime's image's
+ROUTER_VERSION = "0.3.2"
+
+
 class SlimeMissing(RuntimeError):
     """slime's source is not where the tiny backend looks for it."""
 
@@ -94,6 +98,8 @@ def install_sglang_standins() -> list[str]:
             continue
         if name not in sys.modules:
             sys.modules[name] = _standin(name, names)
+            if name == "sglang_router":  # slime v0.3.0's abort picks the router's routes by its version
+                sys.modules[name].__version__ = ROUTER_VERSION  # type: ignore[attr-defined]
             done.append(name)
     return done
 
@@ -328,7 +334,9 @@ def manager_globals(methods: list[ast.FunctionDef]) -> set[str]:
 
     out: set[str] = set()
     for fn in methods:
-        local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        local = {a.arg for a in ast.walk(fn) if isinstance(a, ast.arg)}  # its own and nested functions' parameters
+        local |= {n.name for n in ast.walk(fn) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and n is not fn}
         local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
         out |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
                 and n.id not in local and not hasattr(builtins, n.id)}
@@ -366,6 +374,85 @@ def _manager_class(root: str) -> type:
                                          end_lineno=cls.end_lineno, end_col_offset=0)], type_ignores=[])
     exec(compile(ast.fix_missing_locations(body), str(path), "exec"), ns)
     return ns["RolloutManager"]  # type: ignore[return-value]
+
+
+# Where slime keeps the module-level functions the tiny backend calls, newest home first: the pin moved
+# them from slime/ray/rollout.py (v0.3.x, a module that imports Ray, torch and SGLang's engines) into
+# slime/observability/. A home in slime/ray/rollout.py is compiled from its source (:func:`module_functions`).
+FUNCTION_HOMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "validate_rollout_ids": (("slime.observability.rollout_data_utils", "validate_rollout_id_annotated"),
+                             ("slime.ray.rollout", "_validate_rollout_id_annotated"),  # v0.3.1
+                             ("slime.ray.rollout", "_validate_group_id_annotated")),  # v0.3.0
+    "compute_metrics_from_samples": (("slime.observability.rollout_metrics", "compute_metrics_from_samples"),
+                                     ("slime.ray.rollout", "compute_metrics_from_samples")),
+}
+_COMPILED_MODULES = ("slime.ray.rollout",)
+
+
+def function_home(role: str, root: Path | None = None) -> tuple[str, str]:
+    """(module, name) of the :data:`FUNCTION_HOMES` role in the checkout at ``root``."""
+    base = root or slime_root()
+    for mod, name in FUNCTION_HOMES[role]:
+        path = base.joinpath(*mod.split(".")).with_suffix(".py")
+        if path.is_file() and any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                                  for n in _parse(path).body):
+            return mod, name
+    raise SlimeMissing(f"slime at {base} defines none of {FUNCTION_HOMES[role]} (the tiny backend calls {role}); "
+                       "trainstack/tiny/slime_upstream.FUNCTION_HOMES needs this slime's home for it")
+
+
+def upstream_function(role: str, root: Path | None = None) -> Any:
+    """slime's own function for ``role``: imported, or compiled from a module the CPU path does not import."""
+    mod, name = function_home(role, root)
+    if mod in _COMPILED_MODULES:
+        return module_functions(str((root or slime_root()).resolve()), mod, (name,))[name]
+    return getattr(importlib.import_module(mod), name)
+
+
+@functools.lru_cache(maxsize=None)
+def module_functions(root: str, module: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """Top-level functions ``names`` of slime's ``module``, compiled from its source with the module-level
+    functions they call (transitively) and the names they use imported from where the module imports
+    them; the rest of the module (its Ray, torch and SGLang imports) is not run."""
+    path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
+    tree = _parse(path)
+    pkg = module.split(".")[:-1]
+    imports: dict[str, tuple[str, str | None]] = {}
+    defs: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                imports[a.asname or a.name.split(".")[0]] = (a.name if a.asname else a.name.split(".")[0], None)
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(pkg[: len(pkg) - node.level + 1] + ([mod] if mod else []))
+            for a in node.names:
+                imports[a.asname or a.name] = (mod, a.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[node.name] = node
+    wanted, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        if name not in defs:
+            raise SlimeMissing(f"{path} defines no function {name} (the tiny backend compiles it)")
+        wanted.add(name)
+        todo += [n for n in manager_globals([defs[name]]) if n in defs and n not in wanted]  # type: ignore[list-item]
+    nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in wanted]
+    free = manager_globals(nodes) - wanted  # type: ignore[arg-type]
+    unknown = free - set(imports)
+    if unknown:
+        raise SlimeMissing(f"{path}: {sorted(names)} read {sorted(unknown)}, which the module neither imports nor "
+                           "defines as a function; trainstack/tiny/slime_upstream.module_functions cannot compile them")
+    ns: dict[str, Any] = {"__name__": module, "__file__": str(path)}
+    for name in sorted(free):
+        mod, attr = imports[name]
+        m = importlib.import_module(mod)
+        ns[name] = m if attr is None else getattr(m, attr)
+    exec(compile(ast.Module(body=list[ast.stmt](nodes), type_ignores=[]), str(path), "exec"), ns)
+    return {n: ns[n] for n in names}
 
 
 class _Response:
@@ -482,5 +569,5 @@ def install_http_client(args, server=None) -> None:
     from slime.utils import http_utils
 
     http_utils.init_http_client(args)
-    limit = args.sglang_server_concurrency * http_utils.get_rollout_num_engines(args)
+    limit = http_utils._client_concurrency  # the pool size slime's own init computed (its formula varies by version)
     http_utils._http_client = AiohttpClient(limit=limit) if server is None else InProcessClient(server, limit=limit)
