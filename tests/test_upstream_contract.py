@@ -101,7 +101,7 @@ def module(dotted: str) -> ast.Module:
     for path in (base.with_suffix(".py"), base / "__init__.py"):
         if path.is_file():
             return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    pytest.fail(f"slime module {dotted} is missing from slime/ ({base.relative_to(ROOT)}.py)")
+    pytest.fail(f"slime module {dotted} is missing from slime/ ({base}.py)")
 
 
 def top_level(tree: ast.Module) -> dict[str, ast.AST]:

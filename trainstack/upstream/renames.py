@@ -17,10 +17,41 @@ if TYPE_CHECKING:
 
 
 @lru_cache(maxsize=8)
-def _dests(path: str) -> tuple[frozenset[str], dict[str, str]]:
+def _dests(path: str) -> tuple[dict[str, dict], dict[str, str]]:
+    """({dest: its first record}, {option string: dest}) of a table."""
     doc = versions.read_table(path)
     flags = {o: a["dest"] for a in doc["arguments"] for o in a["option_strings"]}
-    return frozenset(a["dest"] for a in doc["arguments"]), flags
+    records: dict[str, dict] = {}
+    for a in doc["arguments"]:
+        records.setdefault(a["dest"], a)
+    return records, flags
+
+
+def _shape(rec: dict) -> tuple:
+    return tuple(str(rec.get(k)) for k in ("action", "type", "nargs", "choices", "default"))
+
+
+def _closest(rec: dict, candidates: dict[str, dict]) -> str | None:
+    """The candidate most like ``rec`` by name, and by shape (action, type, nargs, choices, default)."""
+    best, score = None, 0.0
+    for dest, other in candidates.items():
+        ratio = difflib.SequenceMatcher(None, rec["dest"], dest).ratio()
+        total = ratio + (0.5 if _shape(other) == _shape(rec) else 0.0) if ratio >= 0.6 else 0.0
+        if total > score and total >= 0.7:
+            best, score = dest, total
+    return best
+
+
+def _renamed_to(rec: dict, table: ArgTable, other: dict[str, dict]) -> str | None:
+    """The active table's dest that ``rec`` (a dest of the other version, ``other``) became: among the dests
+    one version has and the other lacks, each the closest of the other (a rename pairs one old with one new)."""
+    mine: dict[str, dict] = {}
+    for a in table.raw_arguments:
+        mine.setdefault(a["dest"], a)
+    added = {d: a for d, a in mine.items() if d not in other}
+    gone = {d: a for d, a in other.items() if d not in mine}
+    new = _closest(rec, added)
+    return new if new is not None and _closest(added[new], gone) == rec["dest"] else None
 
 
 def _this(table: ArgTable) -> str:
@@ -34,12 +65,9 @@ def history(dest: str, table: ArgTable) -> tuple[versions.Known, str | None] | N
     if dest in table:
         return None
     for known in versions.known_tables():
-        dests, _ = _dests(str(known.path))
-        if dest not in dests:
-            continue
-        added = [d for d in table.dests() if d not in dests]
-        new = difflib.get_close_matches(dest, added, n=1, cutoff=0.7)
-        return known, (new[0] if new else None)
+        records, _ = _dests(str(known.path))
+        if dest in records:
+            return known, _renamed_to(records[dest], table, records)
     return None
 
 
