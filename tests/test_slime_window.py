@@ -156,3 +156,36 @@ def test_the_cpu_default_trains_two_rollouts_at(checkouts, name, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout + res.stderr
     assert f"[tiny] rollout: slime {name} (" in out and "rollout 2/2" in out, out[-2000:]
+
+
+# --- `trainstack slime sync`: any checkout, into the user cache, picked up by later runs --------------------
+
+
+def test_sync_builds_a_new_slimes_table_that_later_runs_use(checkouts, tmp_path, restore_table, monkeypatch):
+    """A slime trainstack has no table for (v0.3.1 plus one flag) is refused by content; after
+    `trainstack slime sync` the run is rendered with that checkout's own table, new flag included."""
+    import shutil
+
+    root = tmp_path / "slime-next"
+    shutil.copytree(checkouts["v0.3.1"], root, ignore=shutil.ignore_patterns(".git"))
+    args_py = root / "slime" / "utils" / "arguments.py"
+    text = args_py.read_text()
+    anchor = '            parser.add_argument("--actor-num-nodes", type=int, default=1, help="Number of nodes for training actor")\n'
+    assert anchor in text
+    args_py.write_text(text.replace(anchor, anchor + '            parser.add_argument("--brand-new-knob", type=int, default=3)\n'))
+    from trainstack.upstream.select import checkout_problems
+
+    env = {"TRAINSTACK_CACHE": str(tmp_path / "cache")}
+    assert "trainstack slime sync --slime-root" in checkout_problems(root)[0].fix
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "slime", "sync", "--slime-root", str(root),
+                          "--name", "next"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert "added    --brand-new-knob" in res.stdout and "removed  --freeze-indexer" in res.stdout  # v0.3.1 lacks it
+    monkeypatch.setenv("TRAINSTACK_CACHE", env["TRAINSTACK_CACHE"])
+    assert checkout_problems(root) == []
+    assert versions.identify(root).name == "next"
+    from trainstack.pipeline import build_from_overrides
+
+    _, cmd = build_from_overrides(["experiment=qwen3-4B-grpo-dapo", f"slime.root={root}", "args.brand_new_knob=5"])
+    assert cmd.argv[cmd.argv.index("--brand-new-knob") + 1] == "5"

@@ -328,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     from trainstack.wandb_sync import add_sync
 
     add_sync(sub)  # sync (a run's offline W&B dirs, in order)
+    from trainstack.upstream.sync import add_commands as add_slime
+
+    add_slime(sub)  # slime sync / list (tables of other slime versions)
     argv = list(sys.argv[1:] if argv is None else argv)
     from trainstack import completion
 
