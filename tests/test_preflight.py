@@ -58,7 +58,10 @@ def test_a_local_slime_run_needs_the_checkout_and_its_inputs_here(tmp_path):
     report, errors = checks(QWEN, tmp_path)
     assert errors == [] and report.runs_here
     assert report.notes == [f"slime checkout: {tmp_path}/slime (train.py present on this machine); relative "
-                            "slime.root values are taken from the directory you launch in"]
+                            "slime.root values are taken from the directory you launch in",
+                            "slime's parser stack (Megatron-LM, SGLang) is not installed here: the command is checked "
+                            "against trainstack's table for slime 624b824a; `trainstack exec` on the trainer's host "
+                            "runs slime's own parser"]
 
 
 def test_a_remote_launcher_defers_the_host_checks(tmp_path):

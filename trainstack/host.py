@@ -127,12 +127,26 @@ def slime_checkout_problems(facts: HostFacts) -> list[ConfigError]:
     if script is None:
         return []
     if script.is_file():
-        return checkout_problems(script.parent, [t for t in facts.command.argv if t.startswith("--")])
+        errors = checkout_problems(script.parent, [t for t in facts.command.argv if t.startswith("--")])
+        return errors or real_parse_problems(facts, script.parent)
     return [ConfigError("slime.root", f"the slime checkout this run uses has no {script.name}: {script} does not "
                         "exist on this machine, which is where the trainer would run",
                         "`git submodule update --init slime` in the trainstack checkout, or set "
                         "slime.root=/path/to/slime (or SLIME_ROOT); to only inspect the command use "
                         "`trainstack render ...`", value=str(script.parent))]
+
+
+def _trainer_pythonpath(facts: HostFacts) -> list[str]:
+    return [p for p in facts.command.env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def real_parse_problems(facts: HostFacts, root: Path) -> list[ConfigError]:
+    """slime's own parse_args on the final argv, where Megatron and SGLang are importable (the trainer's host)."""
+    from trainstack.upstream import realparse
+
+    if not realparse.stack_present(root, _trainer_pythonpath(facts)):
+        return []
+    return realparse.problems(root, facts.command.argv, facts.command.env, table_label())
 
 
 def checkout_notes(facts: HostFacts) -> list[str]:
@@ -142,8 +156,17 @@ def checkout_notes(facts: HostFacts) -> list[str]:
         return []
     here = "present on this machine" if script.is_file() else "NOT present on this machine"
     where = "" if facts.runs_here else f" (the {facts.launcher} host needs it, not this one)"
-    return [f"slime checkout: {script.parent} ({script.name} {here}){where}; relative slime.root values are taken "
-            "from the directory you launch in"]
+    notes = [f"slime checkout: {script.parent} ({script.name} {here}){where}; relative slime.root values are taken "
+             "from the directory you launch in"]
+    if script.is_file():
+        from trainstack.upstream.realparse import stack_present
+
+        notes.append("slime's own parser checks the command here (Megatron and SGLang importable)"
+                     if stack_present(script.parent, _trainer_pythonpath(facts)) else
+                     f"slime's parser stack (Megatron-LM, SGLang) is not installed here: the command is checked "
+                     f"against trainstack's table for {table_label()}; `trainstack exec` on the trainer's host runs "
+                     "slime's own parser")
+    return notes
 
 
 def deferred_checks(facts: HostFacts) -> list[str]:
