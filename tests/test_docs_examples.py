@@ -70,6 +70,8 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "python run.py --cfg job algo.lr=2e-6": (0, "lr: 2.0e-06"),
     "python run.py --info defaults": (0, "Defaults List"),
     "trainstack args --rollout-batch-size": (0, "--rollout-batch-size  (dest rollout_batch_size"),
+    # docs/slime_versions.md
+    "trainstack slime list": (0, "slime v0.3.0 (bf14dc21)"),
     # after `make run` in the same runs root: the README is walked in order, as a newcomer follows it
     "python run.py env.num_rollout=350": (0, "resuming from rollout 299 (next: 300)"),
     "python run.py env.num_rollout=200": (0, "Nothing to train."),
