@@ -19,6 +19,7 @@ from tests.fakes import fake_gpu_host
 from trainstack.errors import ConfigErrors
 from trainstack.pipeline import build_from_overrides
 from trainstack.preflight import preflight
+from trainstack.upstream.select import table_label
 
 QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
 
@@ -60,7 +61,7 @@ def test_a_local_slime_run_needs_the_checkout_and_its_inputs_here(tmp_path):
     assert report.notes == [f"slime checkout: {tmp_path}/slime (train.py present on this machine); relative "
                             "slime.root values are taken from the directory you launch in",
                             "slime's parser stack (Megatron-LM, SGLang) is not installed here: the command is checked "
-                            "against trainstack's table for slime 624b824a; `trainstack exec` on the trainer's host "
+                            f"against trainstack's table for {table_label()}; `trainstack exec` on the trainer's host "
                             "runs slime's own parser"]
 
 

@@ -13,6 +13,9 @@ import pytest
 from conftest import ROOT
 from trainstack.argtable import TABLE_PATH
 from trainstack.upstream import realparse
+from trainstack.upstream.select import table_label
+
+PIN_LABEL = table_label()  # `slime <the pin>`
 
 SLIME = ROOT / "slime"
 pytestmark = pytest.mark.skipif(not (SLIME / "slime" / "__init__.py").is_file(), reason="the slime/ submodule is empty")
@@ -54,8 +57,8 @@ def test_what_only_the_node_knows_is_refused_in_trainstacks_style(tmp_path, stan
     """The checkpoint's config.json disagrees with the model flags: only slime's parser on the node, reading
     the real checkpoint, can tell; exec refuses it before Ray starts, naming slime's message."""
     argv = small_model(tmp_path, hidden_size=128)
-    (err,) = realparse.problems(SLIME, argv, dict(os.environ), "slime 624b824a")
-    assert err.key == "slime" and "slime 624b824a's own parser refuses this command" in err.problem
+    (err,) = realparse.problems(SLIME, argv, dict(os.environ), PIN_LABEL)
+    assert err.key == "slime" and f"{PIN_LABEL}'s own parser refuses this command" in err.problem
     assert "hidden_size" in err.problem and "arguments.py:" in err.problem and "Traceback" not in err.problem
 
 
@@ -72,4 +75,4 @@ def test_without_the_stack_nothing_runs_and_the_dry_run_says_the_tables_were_use
 
     res = run_py("experiment=qwen3-4B-grpo-dapo", f"slime.root={SLIME}", "dry_run=true", cwd=tmp_path)
     assert "slime's parser stack (Megatron-LM, SGLang) is not installed here: the command is checked against " \
-           "trainstack's table for slime 624b824a" in res.stdout.replace("\n", " ") + res.stderr, res.stdout[-3000:]
+           f"trainstack's table for {PIN_LABEL}" in res.stdout.replace("\n", " ") + res.stderr, res.stdout[-3000:]

@@ -112,8 +112,8 @@ def test_a_v0_3_0_flag_the_pin_renamed_gets_the_new_name_and_the_version(restore
         build_from_overrides(["experiment=qwen3-4B-grpo-dapo", "args.update_weight_delta_dir=/tmp/x"])
     (e,) = err.value.errors
     assert e.key == "args.update_weight_delta_dir"
-    assert e.fix == ("'args.update_weight_delta_dir' is slime v0.3.0 (bf14dc21)'s name for it; slime 624b824a, which "
-                     "this run uses, renamed it: did you mean 'args.update_weight_disk_dir'?")
+    assert e.fix == ("'args.update_weight_delta_dir' is slime v0.3.0 (bf14dc21)'s name for it; slime "
+                     f"{PIN.name}, which this run uses, renamed it: did you mean 'args.update_weight_disk_dir'?")
 
 
 _V030 = argtable.ArgTable(versions.read_table(PACKAGED["v0.3.0"].path))

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PIN, V031, V030 = "624b824a", "v0.3.1", "v0.3.0"
+from trainstack.upstream.versions import pin as _pin
+
+PIN, V031, V030 = _pin().name, "v0.3.1", "v0.3.0"  # the pin's name: its table's (the one home of the commit)
 WINDOW = (PIN, V031, V030)
 ALL = WINDOW
 
