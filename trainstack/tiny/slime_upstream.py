@@ -304,13 +304,10 @@ def _parse(path: Path) -> ast.Module:
             gc.enable()
 
 
-def manager_source(root: Path | None = None) -> tuple[Path, ast.Module, ast.ClassDef, dict[str, tuple[str, str | None]]]:
-    """(slime/ray/rollout.py, its AST, the RolloutManager class node, {module-level imported name:
-    (module, attribute or None for `import module`)})."""
-    path = (root or slime_root()) / "slime" / "ray" / "rollout.py"
-    tree = _parse(path)
+def module_imports(tree: ast.Module, module: str) -> dict[str, tuple[str, str | None]]:
+    """{module-level imported name: (module, attribute or None for `import module`)} of slime's ``module``."""
+    pkg = module.split(".")[:-1]
     imports: dict[str, tuple[str, str | None]] = {}
-    cls = None
     for node in tree.body:
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -318,11 +315,19 @@ def manager_source(root: Path | None = None) -> tuple[Path, ast.Module, ast.Clas
         elif isinstance(node, ast.ImportFrom):
             mod = node.module or ""
             if node.level:
-                mod = ".".join(["slime", "ray"][: 3 - node.level] + ([mod] if mod else []))
+                mod = ".".join(pkg[: len(pkg) - node.level + 1] + ([mod] if mod else []))
             for a in node.names:
                 imports[a.asname or a.name] = (mod, a.name)
-        elif isinstance(node, ast.ClassDef) and node.name == "RolloutManager":
-            cls = node
+    return imports
+
+
+def manager_source(root: Path | None = None) -> tuple[Path, ast.Module, ast.ClassDef, dict[str, tuple[str, str | None]]]:
+    """(slime/ray/rollout.py, its AST, the RolloutManager class node, {module-level imported name:
+    (module, attribute or None for `import module`)})."""
+    path = (root or slime_root()) / "slime" / "ray" / "rollout.py"
+    tree = _parse(path)
+    imports = module_imports(tree, "slime.ray.rollout")
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RolloutManager"), None)
     if cls is None:
         raise SlimeMissing(f"{path} defines no RolloutManager (the tiny backend converts samples with its methods)")
     return path, tree, cls, imports
@@ -416,21 +421,8 @@ def module_functions(root: str, module: str, names: tuple[str, ...]) -> dict[str
     them; the rest of the module (its Ray, torch and SGLang imports) is not run."""
     path = Path(root).joinpath(*module.split(".")).with_suffix(".py")
     tree = _parse(path)
-    pkg = module.split(".")[:-1]
-    imports: dict[str, tuple[str, str | None]] = {}
-    defs: dict[str, ast.stmt] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                imports[a.asname or a.name.split(".")[0]] = (a.name if a.asname else a.name.split(".")[0], None)
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            if node.level:
-                mod = ".".join(pkg[: len(pkg) - node.level + 1] + ([mod] if mod else []))
-            for a in node.names:
-                imports[a.asname or a.name] = (mod, a.name)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            defs[node.name] = node
+    imports = module_imports(tree, module)
+    defs: dict[str, ast.stmt] = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     wanted, todo = set(), list(names)
     while todo:
         name = todo.pop()
