@@ -189,3 +189,13 @@ def test_sync_builds_a_new_slimes_table_that_later_runs_use(checkouts, tmp_path,
 
     _, cmd = build_from_overrides(["experiment=qwen3-4B-grpo-dapo", f"slime.root={root}", "args.brand_new_knob=5"])
     assert cmd.argv[cmd.argv.index("--brand-new-knob") + 1] == "5"
+
+
+def test_trainstack_args_looks_flags_up_in_the_slime_root_names(checkouts):
+    def args(flag: str, root: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "trainstack.cli", "args", flag], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "SLIME_ROOT": str(root), "PYTHONPATH": str(ROOT)})
+
+    assert args("--update-weight-encoding", checkouts["v0.3.0"]).returncode == 0
+    pin = args("--update-weight-encoding", checkouts[PIN.name])
+    assert pin.returncode == 2 and "did you mean 'update_weight_delta_encoding'?" in pin.stderr

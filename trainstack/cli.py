@@ -41,15 +41,19 @@ def cmd_render(ns: argparse.Namespace) -> int:
 def cmd_args(ns: argparse.Namespace) -> int:
     """Look up slime's arguments: by dest or flag (either spelling), or by substring."""
     from trainstack.argtable import did_you_mean, load_help, load_table
+    from trainstack.upstream.renames import hint_for_dest
+    from trainstack.upstream.select import activate_for_root, root_from_overrides
 
+    activate_for_root(root_from_overrides([]))  # the slime $SLIME_ROOT (or ./slime) names: its flags
     table = load_table()
     if ns.name:
         flag = ns.name.split("=", 1)[0]
         dest = table.flag_to_dest.get(flag, flag.lstrip("-").replace("-", "_"))
         spec = table.get(dest)
         if spec is None:
-            print(f"trainstack: '{ns.name}' is not a slime argument; "
-                  f"{did_you_mean(table.suggest(ns.name)) or 'try `trainstack args --search WORD`'}", file=sys.stderr)
+            fix = (hint_for_dest(dest, table) or did_you_mean(table.suggest(ns.name))
+                   or "try `trainstack args --search WORD`")
+            print(f"trainstack: '{ns.name}' is not a slime argument; {fix}", file=sys.stderr)
             return 2
         info = {"dest": spec.dest, "flag": spec.flag, "option_strings": list(spec.option_strings),
                 "help": load_help().get(spec.dest), "kind": spec.kind, "type": spec.value_kind, "nargs": spec.nargs,
