@@ -388,13 +388,10 @@ def member(path: str, why: str) -> ast.AST:
 
 @pytest.mark.parametrize("path", __import__("trainstack.tiny.rollout", fromlist=["x"]).SLIME_FUNCTIONS)
 def test_the_slime_functions_the_tiny_run_log_names_exist(path):
-    from trainstack.tiny.slime_upstream import FUNCTION_HOMES, function_home
+    from trainstack.tiny.slime_upstream import where_called
 
-    mod, _, name = path.rpartition(".")
-    role = next((r for r, homes in FUNCTION_HOMES.items() if (mod, name) in homes), None)
-    if role is not None:  # moved between versions: found where this slime keeps it
-        path = ".".join(function_home(role, SLIME))
-    elif path.startswith("slime.rollout.sample_hooks."):
+    path = where_called(path, SLIME)  # moved between versions: found where this slime keeps it
+    if path.startswith("slime.rollout.sample_hooks."):
         since("slime.rollout.sample_hooks", "the tiny backend's use of sample hooks")
     member(path, "the tiny backend calls it on every rollout (trainstack/tiny/rollout.py SLIME_FUNCTIONS)")
 

@@ -97,7 +97,9 @@ class SlimeRollouts:
         from trainstack.upstream.versions import identify
 
         known = identify(root)
-        print(f"[tiny] rollout: {known.label if known else 'slime of unknown version'} ({root}) " + " ".join(SLIME_FUNCTIONS)
+        print(f"[tiny] rollout: {known.label if known else 'slime of unknown version'} ({root}) "
+              + " ".join(p for p in (slime_upstream.where_called(path, root) for path in SLIME_FUNCTIONS)
+                         if slime_upstream.module_file(p, root) is not None)  # v0.3.0 has no sample hooks
               + f"; generation: tiny SGLang-compatible server {self.server.url}", file=sys.stderr, flush=True)
 
     def __len__(self) -> int:

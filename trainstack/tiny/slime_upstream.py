@@ -406,6 +406,26 @@ def function_home(role: str, root: Path | None = None) -> tuple[str, str]:
                        "trainstack/tiny/slime_upstream.FUNCTION_HOMES needs this slime's home for it")
 
 
+def where_called(path: str, root: Path | None = None) -> str:
+    """``path`` (a pin's `pkg.module.name`) where the checkout keeps it: its FUNCTION_HOMES home, else itself."""
+    mod, _, name = path.rpartition(".")
+    role = next((r for r, homes in FUNCTION_HOMES.items() if (mod, name) in homes), None)
+    return ".".join(function_home(role, root)) if role is not None else path
+
+
+def module_file(path: str, root: Path | None = None) -> Path | None:
+    """The source file of the module ``path`` (`pkg.module.name` or `pkg.module.Class.method`) names, if any."""
+    parts, base = path.split("."), root or slime_root()
+    for i in (len(parts) - 1, len(parts) - 2):
+        if i == len(parts) - 2 and not parts[i][:1].isupper():  # module.Class.method only
+            break
+        f = base.joinpath(*parts[:i])
+        for candidate in (f.with_suffix(".py"), f / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
 def upstream_function(role: str, root: Path | None = None) -> Any:
     """slime's own function for ``role``: imported, or compiled from a module the CPU path does not import."""
     mod, name = function_home(role, root)
