@@ -164,9 +164,10 @@ class TrainstackLauncher(Launcher):
             for e in errors:
                 e.key = "hydra/launcher" if e.key == "cluster.launcher" else e.key
         waits = type(launcher).waits if settings is None else launcher.waits_for(specs[0])
-        if OmegaConf.select(self.config, "objective", default=None) is None and getattr(settings, "metric", None):
+        metric = getattr(settings, "metric", None)
+        if OmegaConf.select(self.config, "objective", default=None) is None and metric:
             try:  # SLURM's and Lium's older spelling of the objective: hydra.launcher.metric
-                objective = sr.Objective.parse(settings.metric, key="hydra.launcher.metric")
+                objective = sr.Objective.parse(metric, key="hydra.launcher.metric")
             except ConfigErrors as err:
                 errors += err.errors
         if not errors:  # a sweeper that reads each point's result (Optuna) needs one: refused once, here
