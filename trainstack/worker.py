@@ -187,7 +187,8 @@ class Worker:
         self.sigterm = threading.Event()
         self.ttl = self.heartbeat = self.deadline = 0.0
         self.grace = 30.0
-        self.metrics_at: int | None = 0  # the commander's copy of metrics.jsonl, in bytes (None: it keeps none)
+        self.metrics_at: int | None = -1  # the commander's copy of metrics.jsonl in bytes (-1: resend it whole;
+        # None: this commander keeps none)
 
     # ------------------------------------------------------------------ commander calls
     def acquire(self, give_up_s: float = 300.0) -> bool:
@@ -265,7 +266,7 @@ class Worker:
             pass
         take_over_run_dir_lease(self.run_dir, self.child_env["TRAINSTACK_HOSTNAME"], self.epoch)
         if self.metrics_at is not None:
-            self.metrics_at = 0  # a (re)started trainer may rewrite metrics.jsonl: the commander's copy is sent anew
+            self.metrics_at = -1  # a (re)started trainer may rewrite metrics.jsonl: the commander's copy is sent anew
         say(f"starting trainstack exec {self.run_dir}")
         return Trainer(str(self.run_dir), self.child_env)
 

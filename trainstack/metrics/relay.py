@@ -4,8 +4,8 @@ The worker on the pod sends what its run dir's metrics.jsonl gained since the co
 byte offset + text, complete lines, at most CHUNK_BYTES) with every lease renewal and its last report; the
 commander keeps the copy in its database (table `run_metrics`), so it outlives the pod; `trainstack status`,
 `compare` and a waited sweep pull what the submit host's copy lacks (`GET /v1/runs/{id}/metrics?offset=`).
-The pod's file is the truth: a worker that starts (a new pod, a restarted trainer, a file that shrank)
-sends it again from offset 0, and a chunk at offset 0 replaces the copy. Text is the file's bytes as
+The pod's file is the truth: a worker that starts (a new pod, a restarted trainer) or finds the file
+shorter sends it again from offset 0, and a chunk at offset 0 replaces the copy. Text is the file's bytes as
 latin-1, so offsets are byte offsets on every side.
 """
 from __future__ import annotations
@@ -19,21 +19,26 @@ CHUNK_BYTES = 512 * 1024
 SCHEMA = "CREATE TABLE IF NOT EXISTS run_metrics (run_id TEXT PRIMARY KEY, text TEXT NOT NULL DEFAULT '')"
 
 
-def chunk(path: str | Path, offset: int, limit: int = CHUNK_BYTES) -> dict[str, Any] | None:
-    """What the file holds past `offset` (from 0 if it is shorter now), complete lines only; None: nothing new."""
+def chunk(path: str | Path, offset: int, limit: int | None = None) -> dict[str, Any] | None:
+    """What the file holds past `offset`, complete lines only; None: nothing new. From 0, even when that is
+    nothing, when the file is shorter than `offset` (rewritten) or `offset` is negative (a worker that just
+    started: the commander's copy may be an older pod's)."""
+    limit = limit or CHUNK_BYTES
     try:
         with open(path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
-            if size < offset:
-                offset = 0
-            if size == offset:
+            whole = offset < 0 or size < offset
+            offset = 0 if whole else offset
+            if size == offset and not whole:
                 return None
             f.seek(offset)
             data = f.read(limit)
+    except FileNotFoundError:
+        data, whole, offset = b"", offset < 0, 0
     except OSError:
         return None
     cut = data.rfind(b"\n") + 1
-    if cut == 0:
+    if cut == 0 and not whole:
         return None  # a line still being written (or one longer than a chunk: never, for metrics records)
     return {"offset": offset, "text": data[:cut].decode("latin-1")}
 
