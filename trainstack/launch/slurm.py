@@ -64,6 +64,7 @@ class SlurmSettings:
     wait: bool = False  # block until every job has ended, showing progress, and return each run's result (Optuna)
     metric: str = "rollout/raw_reward"  # the objective when the config's `objective` is null (sweep_result.py)
     poll_s: float = 5.0  # wait=true: seconds between checks of the jobs
+    shared_run_dirs: bool = True  # false: nodes do not see the submit host's run dirs (trainstack/launch/slurm_mirror.py)
     # passed to sbatch as they are
     qos: Optional[str] = None
     comment: Optional[str] = None
@@ -179,7 +180,7 @@ def make_point(spec: RunSpec, settings: SlurmSettings) -> Point:
                  gpus_per_node=int(cluster.gpus_per_node) if cluster.accelerator == "gpu" else 0,
                  cpus_per_node=settings.cpus_per_node or 1, grace_s=float(spec.resume.grace_s),
                  max_requeues=int(settings.max_requeues), ray_timeout_s=float(settings.ray_timeout_s),
-                 metric=settings.metric)
+                 metric=settings.metric, spec=None if settings.shared_run_dirs else spec.to_json())
 
 
 def store_pending(spec: RunSpec) -> None:
@@ -350,7 +351,20 @@ class SlurmLauncher(Launcher):
 
     @classmethod
     def settings_problems(cls, cluster: Any) -> list[ConfigError]:
-        return sizing_problems(cluster)
+        problems = sizing_problems(cluster)
+        if (cluster.settings or {}).get("shared_run_dirs") is False and int(cluster.num_nodes) > 1:
+            problems.append(ConfigError("cluster.slurm.shared_run_dirs", "a multi-node job's nodes meet in the run "
+                                        "dir (the Ray rendezvous), which shared_run_dirs=false says they do not share",
+                                        "run on one node (cluster.num_nodes=1), or put paths.runs_root on a shared "
+                                        "filesystem", value=False))
+        return problems
+
+    def fetch_traces(self, run_dirs: Sequence[str]) -> None:
+        """Runs whose nodes do not share their run dir: their metrics and status, from the job's folder."""
+        from trainstack.launch.slurm_mirror import fetch
+
+        for d in run_dirs:
+            fetch(d)
 
     def check(self, spec: RunSpec) -> None:
         from trainstack.resume import plan
