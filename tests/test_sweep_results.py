@@ -122,7 +122,8 @@ def sweep(hydra_sweep_runner, tmp_path, *overrides: str, task=None):
 
     return hydra_sweep_runner(calling_file=str(ROOT / "run.py"), calling_module=None, task_function=task,
                               config_path="conf", config_name="config",
-                              overrides=normalise_argv([*overrides, f"paths.runs_root={tmp_path}/runs"], str(CONF_DIR)),
+                              overrides=normalise_argv([*overrides, f"paths.runs_root={tmp_path}/runs",
+                                                        "hydra.mode=MULTIRUN"], str(CONF_DIR)),  # as `-m` sets it
                               temp_dir=tmp_path / "sw")
 
 
@@ -209,3 +210,23 @@ def test_a_local_launcher_sweep_returns_each_runs_result_and_its_failure(hydra_s
     with pytest.raises(sr.RunFailed):
         bad.return_value
     assert failed.value.result.run_id == bad._return_value.result.run_id and failed.value.result.code == 1
+
+
+@pytest.mark.slow
+def test_optuna_optimises_the_run_result_under_the_default_launcher(hydra_sweep_runner, tmp_path, monkeypatch):
+    """Under trainstack_local every trial used to fail ("Return value must be float-castable", then "No trials
+    are completed yet") after its run trained: the task returned a PointResult. Now its float is the objective."""
+    import yaml
+
+    from trainstack.app import run_app
+
+    monkeypatch.chdir(tmp_path)
+    with sweep(hydra_sweep_runner, tmp_path, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+               "hydra.sweeper.direction=maximize", "objective=rollout/raw_reward:max", "env.num_rollout=2",
+               *SMALL_BATCH, "args.eval_interval=null", "algo.lr=interval(0.0005,0.005)", task=run_app):
+        best = yaml.safe_load((tmp_path / "sw" / "optimization_results.yaml").read_text())["best_value"]
+        from trainstack.metrics import read_local
+
+        bests = [max(v for _, v in read_local(d, "jsonl").series["rollout/raw_reward"])
+                 for d in (tmp_path / "runs").iterdir()]
+    assert len(bests) == 2 and best == max(bests)

@@ -138,4 +138,4 @@ def run_app(cfg: Any) -> Any:
 
 def _shown(overrides: Any) -> list[str]:
     """A point's overrides as its summary line shows them."""
-    return [o for o in overrides if not o.startswith(("dry_run", "hydra"))]
+    return [o for o in overrides if not o.lstrip("+").startswith(("dry_run", "hydra", "objective="))]
