@@ -185,18 +185,25 @@ def test_a_local_launcher_sweep_returns_each_runs_result_and_its_failure(hydra_s
     """Two tiny runs, one whose reward function raises: the first point is COMPLETED with the run's final reward
     as its number; the second is FAILED (it was COMPLETED, and the sweep exited 0), and the sweep raises its
     RunFailed, which Hydra reports as one message with exit 1."""
-    from hydra_plugins.trainstack_launchers.launcher import TrainstackLauncher
+    from hydra.core.plugins import Plugins
 
     monkeypatch.chdir(tmp_path)
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "flaky.py").write_text("def reward(args, sample, **kwargs):\n    raise RuntimeError('down')\n")
-    seen: list = []
-    launch = TrainstackLauncher.launch
-    monkeypatch.setattr(TrainstackLauncher, "launch", lambda self, *a, **k: seen.append(launch(self, *a, **k)) or seen[-1])
+    seen: list = []  # what the launcher answers the sweeper (Hydra's plugin scan reloads the launcher's module:
+    instantiate = Plugins.instantiate_launcher  # its instance is wrapped, not its class)
+
+    def recording(self, *a, **k):
+        launcher = instantiate(self, *a, **k)
+        launch = launcher.launch
+        launcher.launch = lambda *la, **lk: seen.append(launch(*la, **lk)) or seen[-1]
+        return launcher
+
+    monkeypatch.setattr(Plugins, "instantiate_launcher", recording)
     with pytest.raises(sr.RunFailed) as failed:
         with sweep(hydra_sweep_runner, tmp_path, "hydra/launcher=local", "env.num_rollout=1", *SMALL_BATCH,
-                   "args.eval_interval=null", f"runtime_env.pythonpath=[{plugins}]",
+                   "args.eval_interval=null", f"runtime_env.pythonpath=[{plugins}]", "hydra.output_subdir=.hydra",
                    "args.custom_rm_path=trainstack.tiny.arithmetic.reward,flaky.reward"):
             pass
     ok, bad = seen[0]
@@ -210,6 +217,12 @@ def test_a_local_launcher_sweep_returns_each_runs_result_and_its_failure(hydra_s
     with pytest.raises(sr.RunFailed):
         bad.return_value
     assert failed.value.result.run_id == bad._return_value.result.run_id and failed.value.result.code == 1
+    for ret in (ok, bad):  # hydra.output_subdir set: each launched point's job dir has Hydra's three files
+        from omegaconf import OmegaConf
+
+        job = Path(ret.working_dir) / ".hydra"
+        assert OmegaConf.load(job / "config.yaml").args.custom_rm_path == ret.cfg.args.custom_rm_path and (job / "hydra.yaml").is_file()
+        assert list(OmegaConf.load(job / "overrides.yaml")) == list(ret.overrides)
 
 
 @pytest.mark.slow

@@ -112,7 +112,9 @@ class RunFailed(CompactHydraException):
 
     def __init__(self, result: RunResult):
         self.result = result
-        where = Path(result.run_dir) / "logs" / "trainer.log"
+        from trainstack.rundir import layout
+
+        where = Path(result.run_dir) / layout.LOGS / layout.TRAINER_LOG
         super().__init__(f"trainstack: sweep point {result.num} failed: run {result.run_id}"
                          + (f" exited with {result.code}" if result.code not in (None, 0) else "")
                          + (f": {result.error}" if result.error else "")

@@ -230,10 +230,10 @@ class TrainstackLauncher(Launcher):
             if hydra_cfg.hydra.output_subdir is not None:
                 from hydra.core.utils import _save_config
 
-                out = job_dir / str(hydra_cfg.hydra.output_subdir)
-                _save_config(cfg, "config.yaml", out)
-                _save_config(hydra_cfg, "hydra.yaml", out)
-                _save_config(OmegaConf.create(list(hydra_cfg.hydra.overrides.task)), "overrides.yaml", out)  # type: ignore[arg-type]
+                out = job_dir / str(hydra_cfg.hydra.output_subdir)  # Hydra's job files (run_job's names), not a run dir's
+                task_overrides = OmegaConf.create(list(hydra_cfg.hydra.overrides.task))
+                for name, node in (("config", cfg), ("hydra", hydra_cfg), ("overrides", task_overrides)):
+                    _save_config(node, f"{name}.yaml", out)  # type: ignore[arg-type]
         result = result or sr.RunResult(num=num, run_id=spec.run_id, run_dir=spec.run_dir, overrides=shown, state=state)
         ret = JobReturn(overrides=list(overrides), cfg=cfg, hydra_cfg=hydra_cfg, working_dir=str(job_dir),
                         task_name=str(hydra_cfg.hydra.job.name))
