@@ -15,19 +15,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from trainstack.runspec import RunSpec
 
-EXEC_LOG = "exec.log"  # under logs/
-
-
 def start_detached(spec: "RunSpec", launcher: str) -> int:
     from trainstack.resume import plan
-    from trainstack.rundir import RunDir
+    from trainstack.rundir import RunDir, layout
     from trainstack.userconfig import run_target
 
     rundir = RunDir(spec.run_dir)
     plan(spec, rundir)  # raises ConfigErrors (changed training config, resume policy, broken checkpoint)
     rundir.write_spec(spec)
     rundir.logs.mkdir(parents=True, exist_ok=True)
-    with open(rundir.logs / EXEC_LOG, "ab") as log:
+    with open(rundir.logs / layout.EXEC_LOG, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "trainstack", "exec", spec.run_dir, "--quiet"],
                                 cwd=spec.provenance.cwd or None, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -35,6 +32,6 @@ def start_detached(spec: "RunSpec", launcher: str) -> int:
         rundir.update_status(run_id=spec.run_id, state="submitted", launcher=launcher)
     target = run_target(spec.run_id, spec.run_dir)
     print(f"trainstack: started {spec.run_id} in the background ({launcher}, pid {proc.pid}; wait=false); its output: "
-          f"{rundir.logs / EXEC_LOG}\n  follow it: trainstack status {target}    stop it: trainstack cancel {target}",
+          f"{rundir.logs / layout.EXEC_LOG}\n  follow it: trainstack status {target}    stop it: trainstack cancel {target}",
           file=sys.stderr, flush=True)
     return 0
