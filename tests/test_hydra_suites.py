@@ -9,6 +9,15 @@ import pytest
 from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
 
 
+@pytest.fixture(autouse=True)
+def hydra_compat_version_base(monkeypatch):
+    """The suites are written for an app that names no version_base (Hydra's 1.1 defaults: each job runs in its
+    own output dir); a trainstack run earlier in this test process (`hydra.main(version_base="1.3")`) set 1.3."""
+    from hydra.version import VersionBase, __compat_version__
+
+    monkeypatch.setattr(VersionBase.instance(), "version_base", __compat_version__)
+
+
 @pytest.mark.parametrize("launcher_name, overrides", [("trainstack_local", [])])
 class TestTrainstackLocalLauncher(LauncherTestSuite):
     pass
