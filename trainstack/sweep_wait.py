@@ -25,7 +25,7 @@ def wait_for_runs(launcher: "Launcher", specs: Sequence["RunSpec"], runs: Sequen
                   say: Callable[[str], None] | None = None, poll_s: float | None = None) -> list["RunEnd"]:
     """Every run's end, polling the launcher every `poll_s` (its settings' `poll_s`, else 5 s)."""
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
-    poll = float(poll_s if poll_s is not None else getattr(settings, "poll_s", 5.0) or 5.0)
+    poll = max(float(poll_s if poll_s is not None else getattr(settings, "poll_s", 5.0) or 5.0), 0.1)
     ends: list[RunEnd | None] = [None] * len(specs)
     shown, shown_at = "", 0.0
     while True:

@@ -30,8 +30,8 @@ class LiumSettings:
     public_url: Optional[str] = None  # what pods use to reach a commander started here (default its local URL)
     commander_port: int = 8780  # port of a commander started here
     poll_s: float = 5.0  # wait=true: seconds between status polls
-    wait: bool = False  # block until every run has ended, showing progress, and return each run's result (Optuna)
-    metric: str = "rollout/raw_reward"  # the objective when the config's `objective` is null (sweep_result.py)
+    wait: bool = False  # block until every run has ended (Optuna needs it)
+    metric: str = "rollout/raw_reward"  # what a finished run returns to the sweeper
 
     def problems(self) -> list[tuple[str, Any, str, str]]:
         from trainstack.commander.provider import PodRequest

@@ -61,8 +61,8 @@ class SlurmSettings:
     array: bool = False  # sweeps: one sbatch array per resource shape (no per-run singleton; the lease fences)
     array_parallelism: int = 256
     dry: bool = False  # sweeps: compose, validate, size, write the manifest with each sbatch header; submit nothing
-    wait: bool = False  # block until every job has ended, showing progress, and return each run's result (Optuna)
-    metric: str = "rollout/raw_reward"  # the objective when the config's `objective` is null (sweep_result.py)
+    wait: bool = False  # block until every job has ended (Optuna needs it)
+    metric: str = "rollout/raw_reward"  # what a finished job returns to the sweeper
     poll_s: float = 5.0  # wait=true: seconds between checks of the jobs
     shared_run_dirs: bool = True  # false: nodes do not see the submit host's run dirs (trainstack/launch/slurm_mirror.py)
     # passed to sbatch as they are
