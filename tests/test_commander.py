@@ -41,7 +41,7 @@ def test_every_endpoint_needs_a_token_and_worker_tokens_are_per_run(tmp_path):
         paths = [("GET", "/v1/health"), ("GET", "/v1/runs"), ("GET", "/v1/runs/run-a"), ("GET", "/v1/runs/run-a/events"),
                  ("GET", "/v1/leases"), ("GET", "/v1/events"), ("POST", "/v1/runs"), ("POST", "/v1/runs/run-a/cancel"),
                  ("POST", "/v1/runs/run-a/lease/force-release"), ("GET", "/v1/runs/run-a/logs"),
-                 ("POST", "/v1/runs/run-a/lease/acquire"), ("POST", "/v1/runs/run-a/lease/renew"),
+                 ("GET", "/v1/runs/run-a/metrics"), ("POST", "/v1/runs/run-a/lease/acquire"), ("POST", "/v1/runs/run-a/lease/renew"),
                  ("POST", "/v1/runs/run-a/lease/report")]
         for method, path in paths:
             for client, code in ((CommanderClient(cmd.url, ""), 401), (cmd.client("wrong-token-xxxxxxxx"), 403),
@@ -50,7 +50,7 @@ def test_every_endpoint_needs_a_token_and_worker_tokens_are_per_run(tmp_path):
                     client.call(method, path, {} if method == "POST" else None)
                 assert err.value.status == code, (method, path, client)
         worker_a = cmd.client(worker_token("run-a"))
-        for method, path in paths[:10]:  # a run's worker token works only on that run's lease endpoints
+        for method, path in paths[:11]:  # a run's worker token works only on that run's lease endpoints
             with pytest.raises(CommanderError) as err:
                 worker_a.call(method, path, {} if method == "POST" else None)
             assert err.value.status == 403

@@ -42,6 +42,22 @@ VENV = ROOT / ".venv"
 
 Check = Union[str, Callable[[str, Path], bool]]  # a line the output contains, or a check of (output, cwd)
 
+def optuna_best_is_a_trials_final_reward(out: str, cwd: Path) -> bool:
+    """Optuna's best value is the final rollout/raw_reward one of the four trials' runs logged."""
+    import json
+
+    import yaml
+
+    sweep = cwd / "multirun" / "optuna-lr"
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
+    runs = json.loads((sweep / "sweep.json").read_text())["runs"]
+    finals = []
+    for r in runs:
+        lines = [json.loads(x) for x in (Path(r["run_dir"]) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        finals.append([x["metrics"]["rollout/raw_reward"] for x in lines if "rollout/raw_reward" in x["metrics"]][-1])
+    return len(runs) == 4 and out.count("waited for 2 runs: 2 finished") == 2 and best == max(finals)
+
+
 # documented command -> (exit code, key line of its stdout+stderr, or a check of what it wrote)
 EXPECT: dict[str, tuple[int, Check]] = {
     # README
@@ -91,6 +107,10 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/launchers.md
     "python run.py env.num_rollout=40 run_id=demo-exec": (0, "(finished, exit code 0)"),
     "trainstack exec demo-exec": (0, "run demo-exec is finished"),
+    # docs/launchers.md: Optuna on the local launcher, each trial's value its run's final reward
+    "python run.py -m hydra/launcher=local hydra/sweeper=optuna hydra.sweeper.n_trials=4 hydra.sweeper.direction=maximize "
+    "hydra.sweeper.objective=rollout/raw_reward 'algo.lr=interval(0.0005,0.005)' env.num_rollout=3 "
+    "hydra.sweep.dir=multirun/optuna-lr": (0, optuna_best_is_a_trials_final_reward),
     # docs/resume.md (its own run ids: followed after the README, nothing collides)
     "python run.py run_id=resume-demo env.num_rollout=40 args.save_interval=10": (0, "run dir"),
     "python run.py run_id=resume-demo env.num_rollout=60 args.save_interval=10": (0, "resuming from rollout 39"),

@@ -23,22 +23,7 @@ def test_every_launcher_owns_typed_settings_and_the_core_cluster_has_none():
         assert issubclass(cls, Launcher) and dataclasses.is_dataclass(cls.Settings)
         for method in ("submit", "execute", "status", "cancel", "logs", "record_sweep", "submit_host_problems"):
             assert callable(getattr(cls, method))
-    assert {f.name for f in dataclasses.fields(registry.launcher_class("ray_job").Settings)} == {"address", "start_head"}
-
-
-def test_lium_wait_sweeps_return_any_metric_not_only_the_reward(tmp_path):
-    """A finished Lium run's metric comes from the worker's report of the run's last metrics."""
-    from trainstack.launch.lium import metric_of
-    from trainstack.rundir import RunDir
-    from trainstack.worker import progress
-
-    rd = RunDir(tmp_path)
-    rd.update_status(run_id="r", state="finished", last_metrics={"eval/accuracy": 0.75, "rollout/raw_reward": 0.5})
-    reported = progress(tmp_path)
-    assert reported["metrics"]["eval/accuracy"] == 0.75
-    rec = {"phase": "finished", "progress": reported}
-    assert metric_of(rec, "eval/accuracy") == 0.75 and metric_of(rec, "rollout/raw_reward") == 0.5
-    assert metric_of({"progress": {"reward": 0.25}}, "rollout/raw_reward") == 0.25  # an older worker's report
+    assert {f.name for f in dataclasses.fields(registry.launcher_class("ray_job").Settings)} == {"address", "start_head", "wait"}
 
 
 def test_a_plugin_launcher_under_the_in_process_sweep_is_refused_once_before_composing(tmp_path):

@@ -141,6 +141,14 @@ def test_two_point_sweep_runs_to_the_end(stack, fake_lium):
         ev = wait_for(lambda rid=rid: "pod_removed" in (e := {x["event"]: x["time"] for x in stack.admin.get(
             f"/v1/runs/{rid}/events")}) and e, 10, f"{rid}'s pod_removed event", every=0.2)
         assert ev["pod_removed"] - ev["worker_finished"] < 5.0, ev
+    for rid in ids:  # the submit host's run dirs hold the spec only: the metrics are the pods' (gone now)
+        assert not (stack.tmp / "runs" / rid / "metrics.jsonl").exists()
+    cmp = stack.trainstack("compare", str(sweep), "--json")  # brings them back through the commander
+    assert cmp.returncode == 0, cmp.stderr
+    table = {r["run_id"]: r for r in json.loads(cmp.stdout)["rows"]}
+    for rid in ids:
+        assert table[rid]["status"] == "finished" and table[rid]["rollouts"] == 4 and table[rid]["source"] == "jsonl"
+        assert table[rid]["metrics"]["rollout/raw_reward"]["final_step"] == 3
     st = stack.trainstack("status", str(sweep), "--json")
     assert st.returncode == 0, st.stderr
     rows = {r["run_id"]: r for r in json.loads(st.stdout)}
@@ -334,10 +342,15 @@ def test_lium_doc_walkthrough(stack, fake_lium):
                 else [sys.executable, "-m", "trainstack", *argv[1:]])
         res = subprocess.run(argv, cwd=stack.tmp, env=env, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0 and "Traceback" not in res.stderr, f"{line}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
-        if line.startswith("python run.py -m"):
+        if line.startswith("python run.py -m") and "lium-sweep" in line:
             ids = [r["run_id"] for r in json.loads((stack.tmp / "multirun/lium-sweep/sweep.json").read_text())["runs"]]
             for rid in ids:
                 assert stack.wait_phase(rid, ("finished", "failed"))["phase"] == "finished"
+        if "hydra/sweeper=optuna" in line:  # waited: four trials ended, each answered with its run's final reward
+            check_optuna_on_lium(stack, res.stderr)
+        if line.startswith("trainstack compare multirun/lium-optuna"):
+            rows = re.findall(r"│ finished │\s+3 │\s+0\.\d+ │", res.stdout)  # status, rollouts, final reward
+            assert len(rows) == 4 and "raw_" in res.stdout, res.stdout
         if line.startswith("trainstack status multirun"):
             assert res.stdout.count("finished") >= 2
         if line.startswith("trainstack cancel"):
@@ -347,6 +360,28 @@ def test_lium_doc_walkthrough(stack, fake_lium):
             assert row["scheduler"] == "cancelled" and row["cost_usd"] is not None
     wait_for(lambda: not fake_lium.fake.live_pods(), 30, "no pod left")
     stack.close()
+
+
+def check_optuna_on_lium(stack, stderr: str) -> None:
+    """The documented Optuna sweep on the fake Lium: every trial waited for, its value the final reward the run
+    logged on its pod, copied into the run dir here (what compare reads) after the pod is gone."""
+    import yaml
+
+    from trainstack.metrics import read_local
+
+    sweep = stack.tmp / "multirun" / "lium-optuna"
+    assert stderr.count("trainstack: waited for 2 runs: 2 finished") == 2, stderr[-3000:]
+    assert stderr.count("sweep summary") == 2  # two batches of two trials
+    runs = json.loads((sweep / "sweep.json").read_text())["runs"]
+    assert len(runs) == 4 and json.loads((sweep / "sweep.json").read_text())["wait"] is True
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_value"]
+    finals = []
+    for r in runs:
+        assert stack.rec(r["run_id"])["phase"] == "finished"
+        rewards = read_local(r["run_dir"], "jsonl").series["rollout/raw_reward"]
+        assert [s for s, _ in rewards] == [0.0, 1.0, 2.0]  # every rollout's reward came back from the pod
+        finals.append(rewards[-1][1])
+    assert best == max(finals)
 
 
 def pod_pids_running(fake, pod_id: str, needle: bytes) -> list[int]:

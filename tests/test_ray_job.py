@@ -169,3 +169,27 @@ def test_a_head_trainstack_started_dies_with_its_sigkilled_launcher(tmp_path):
         assert not ray_job.ray_answers(f"http://127.0.0.1:{port}")
     finally:
         launcher.kill()
+
+
+def test_wait_false_starts_each_run_in_the_background_and_returns(tmp_path, ray_head):
+    """hydra.launcher.wait=false: the sweep returns once both runs are started (`trainstack exec` detached, each
+    following its Ray job); each point's result is `submitted`; the runs finish without the launcher."""
+    t0 = time.monotonic()
+    res = run_py("-m", "hydra/launcher=ray_job", "hydra.launcher.wait=false", f"hydra.launcher.address={ray_head}",
+                 f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "env.num_rollout=3",
+                 "algo.lr=1e-3,2e-3", f"hydra.sweep.dir={tmp_path}/sw", cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "started" in res.stderr and "in the background" in res.stderr and "sweep summary" not in res.stderr
+    runs = json.loads((tmp_path / "sw" / "sweep.json").read_text())["runs"]
+    assert len(runs) == 2 and time.monotonic() - t0 < 60
+    deadline = time.monotonic() + 180
+    states: list = []
+    while time.monotonic() < deadline:
+        states = [json.loads((Path(r["run_dir"]) / "status.json").read_text()).get("state") for r in runs]
+        if states == ["finished", "finished"]:
+            break
+        time.sleep(1)
+    assert states == ["finished", "finished"], [(Path(r["run_dir"]) / "logs" / "exec.log").read_text()[-2000:]
+                                                for r in runs]
+    for r in runs:
+        assert len(jobs_of(ray_head, r["run_id"])) == 1

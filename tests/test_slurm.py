@@ -83,6 +83,9 @@ DOC = {
     "single": "python run.py cluster.launcher=slurm run_id=slurm-demo env.num_rollout=60 args.save_interval=1",
     "held": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=held +hydra.launcher.additional_parameters.hold=true "
             "env.num_rollout=3 algo.lr=1e-3,2e-3",
+    "apart": "python run.py -m hydra/launcher=slurm hydra.launcher.shared_run_dirs=false hydra.sweep.dir=apart "
+             "env.num_rollout=3 algo.lr=1e-3,2e-3",
+    "compare_apart": "trainstack compare apart",
     "status": "trainstack status sweep",
     "status_json": "trainstack status sweep --json",
     "cancel": "trainstack cancel held",
@@ -499,6 +502,38 @@ def test_optuna_wait_true_returns_the_metric(tmp_path, cluster_up):
     bad = run_py("-m", "hydra/launcher=slurm", "hydra/sweeper=optuna", "algo.lr=interval(0.0005,0.005)",
                  cwd=tmp_path)
     assert bad.returncode == 2 and "hydra.launcher.wait" in bad.stderr
+
+
+@pytest.mark.slow
+@slurm
+def test_run_dirs_the_submit_host_does_not_see_come_back_for_compare(tmp_path, cluster_up):
+    """shared_run_dirs=false: the job writes its run dir from the spec it carries and copies the run's metrics
+    and status into the submitit folder; compare on the submit host reads them there. One machine plays both
+    hosts: the jobs are held while the submit host's run dirs move aside (the node sees none), and after the
+    jobs the node's run dirs go and the submit host's come back (holding only what the submit host wrote)."""
+    r = run_doc("apart", "+hydra.launcher.additional_parameters.hold=true", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    runs = json.loads((tmp_path / "apart" / "sweep.json").read_text())["runs"]
+    submit_host = tmp_path / "submit-host"
+    submit_host.mkdir()
+    for run in runs:
+        shutil.move(run["run_dir"], submit_host / run["run_id"])
+    subprocess.run(["scontrol", "release", *[x["job_id"] for x in runs]], check=True, capture_output=True)
+    wait_jobs_done([x["job_id"] for x in runs], timeout=180)
+    for run in runs:
+        node = Path(run["run_dir"])
+        assert (node / "metrics.jsonl").is_file() and (node / "spec.json").is_file(), files_under(node)
+        shutil.rmtree(node)
+        shutil.move(submit_host / run["run_id"], node)
+        assert not (node / "metrics.jsonl").exists()
+    cmp = run_doc("compare_apart", "--json", cwd=tmp_path)
+    assert cmp.returncode == 0, cmp.stderr
+    rows = json.loads(cmp.stdout)["rows"]
+    assert [(x["status"], x["rollouts"]) for x in rows] == [("finished", 3), ("finished", 3)], rows
+    assert all(x["metrics"]["rollout/raw_reward"]["final_step"] == 2 for x in rows)
+    bad = run_py("-m", "hydra/launcher=slurm", "hydra.launcher.dry=true", "hydra.launcher.shared_run_dirs=false",
+                 "experiment=qwen3-4B-grpo-dapo", "cluster=slurm_8xh100", "cluster.num_nodes=2", cwd=tmp_path)
+    assert bad.returncode == 2 and "cluster.slurm.shared_run_dirs" in bad.stderr, bad.stderr
 
 
 @pytest.mark.slow

@@ -12,8 +12,13 @@ def prepare_argv() -> None:
     """Check overrides before Hydra composes (exit 2 on unknown keys; dests become `++`)."""
     from trainstack.overrides import normalise_argv
 
+    argv = sys.argv[1:]
+    if any("hydra.sweeper.objective=" in a for a in argv):  # one spelling for every sweeper (sweep_result.py)
+        from trainstack.sweep_result import objective_alias
+
+        argv = objective_alias(argv)
     try:
-        sys.argv[1:] = normalise_argv(sys.argv[1:], str(CONF_DIR))
+        sys.argv[1:] = normalise_argv(argv, str(CONF_DIR))
     except ConfigErrors as err:
         report_and_exit(err)
 
@@ -81,6 +86,11 @@ def run_app(cfg: Any) -> Any:
             display.print_dry_run(run, cmd, report=report)
         if cfg.output:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
+        if sweep:  # the sweeper's answer for this point (sweep_result.py): checked, nothing launched
+            from trainstack.sweep_result import CHECKED, RunResult
+
+            return RunResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, state=CHECKED,
+                             overrides=_shown(origin.overrides))
         return
     from trainstack.display import print_summary
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
@@ -111,13 +121,21 @@ def run_app(cfg: Any) -> Any:
     except RuntimeFailure as ex:
         report_failure_and_exit(ex)
 
-    if sweep:  # the local sweep launcher prints one summary and sets the exit code
-        from trainstack.sweep_points import PointResult, finished_earlier
+    if sweep:  # the local sweep launcher prints one summary and answers the sweeper (sweep_result.py)
+        from trainstack import sweep_result as sr
+        from trainstack.sweep_points import finished_earlier
 
-        return PointResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, code=code,
-                           overrides=[o for o in origin.overrides if not o.startswith(("dry_run", "hydra"))],
-                           earlier=finished_earlier(RunDir(spec.run_dir).events()[seen:]))
-    if code != EXIT_BUSY and launcher.waits:
+        earlier = finished_earlier(RunDir(spec.run_dir).events()[seen:])
+        waited = launcher.waits_for(spec)
+        state = sr.FAILED if code else sr.SUBMITTED if not waited else sr.UNCHANGED if earlier is not None else sr.FINISHED
+        return sr.RunResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, code=code if waited or code else None,
+                            overrides=_shown(origin.overrides), state=state, earlier=earlier)
+    if code != EXIT_BUSY and launcher.waits_for(spec):
         print_summary(spec, code)
     if code:
         sys.exit(code)
+
+
+def _shown(overrides: Any) -> list[str]:
+    """A point's overrides as its summary line shows them."""
+    return [o for o in overrides if not o.lstrip("+").startswith(("dry_run", "hydra", "objective="))]

@@ -176,6 +176,9 @@ def guard(packaged_conf: str) -> None:
             try:
                 return func()
             except Exception as ex:  # noqa: BLE001 - translated or re-raised to Hydra's reporter
+                if getattr(ex, "sweep_point_failed", False):  # a sweep's run failed (sweep_result.RunFailed)
+                    print(str(ex), file=sys.stderr)
+                    sys.exit(1)
                 err = translate(ex, dirs)
                 if err is None:
                     raise

@@ -573,6 +573,13 @@ def typed_sections(tree: dict[str, Any], origin: Origin
         if key in tree and not check_value(tp, tree[key]):
             errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})", f"set {key} correctly",
                                       value=tree[key], source=origin.source_of(key)))
+    if isinstance(tree.get("objective"), str):  # a sweep's objective: METRIC[:TAKE] (sweep_result.py)
+        from trainstack.sweep_result import Objective
+
+        try:
+            Objective.parse(tree["objective"])
+        except ConfigErrors as err:
+            errors += err.errors
     typed: dict[str, Any] = {}
     for section, cls in ROOT_SECTIONS.items():
         node = tree.get(section) or {}

@@ -243,7 +243,8 @@ ROOT_SECTIONS: dict[str, Any] = {
     "tracking": TrackingSpec,
     "hub": HubSpec,
 }
-ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": bool, "output": Optional[str]}
+ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": bool, "output": Optional[str],
+                "objective": Optional[str]}  # objective: what a sweep point returns (trainstack/sweep_result.py)
 ROOT_KEYS = set(ROOT_SECTIONS) | set(ROOT_SCALARS) | set(DEST_NAMESPACES) | {"hydra", "experiment"}
 
 

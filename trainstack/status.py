@@ -126,6 +126,11 @@ def fill(rows: list[Row]) -> list[Row]:
     from trainstack.rundir.liveness import judge
     from trainstack.rundir.progress import progress
 
+    for name, group in by_launcher(rows).items():  # what the runs logged where they ran, into their run dirs here
+        try:
+            get(name).fetch_traces([r.run_dir for r in group])
+        except ConfigErrors:
+            pass
     for r in rows:
         rd = RunDir(r.run_dir)
         st = rd.status()

@@ -4,23 +4,13 @@ with a non-zero exit when any point failed."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
 
-
-@dataclass
-class PointResult:
-    """What the task function reports for one launched point."""
-
-    num: int
-    run_id: str
-    run_dir: str
-    code: int
-    overrides: list[str]
-    earlier: int | None = None  # trained nothing: the run had finished earlier, at this many rollouts
+if TYPE_CHECKING:
+    from trainstack.sweep_result import RunResult
 
 
 def finished_earlier(events: Sequence[dict]) -> int | None:
@@ -30,6 +20,27 @@ def finished_earlier(events: Sequence[dict]) -> int | None:
         return None
     done = [e.get("latest_checkpoint") for e in events if e.get("event") == "finished"]
     return done[-1] + 1 if done and isinstance(done[-1], int) else None
+
+
+TRAINSTACK_KEYS = ("cluster", "args", "paths", "resume")  # root sections every trainstack config has
+
+
+def is_trainstack_config(config: Any) -> bool:
+    """Is this sweep's config trainstack's (conf/config.yaml, or a --config-dir over it), or another Hydra app's
+    that selected a trainstack launcher? The in-process launcher runs any app's task function."""
+    try:
+        return all(k in config for k in TRAINSTACK_KEYS)
+    except Exception:  # noqa: BLE001 - not a mapping: not ours
+        return False
+
+
+def not_trainstack_problem(launcher: str) -> ConfigError:
+    """`hydra/launcher=<trainstack launcher>` in an app whose config is not trainstack's."""
+    return ConfigError("hydra/launcher", f"the '{launcher}' launcher submits trainstack runs (a stored run spec "
+                       "executed where its cluster says), not a Hydra task function, and this app's config is not a "
+                       f"trainstack config (it has no {', '.join(TRAINSTACK_KEYS)})",
+                       "use hydra/launcher=basic or hydra/launcher=trainstack_local for this app (they call its task "
+                       "function in this process), or sweep trainstack runs with `python run.py -m ...`", value=launcher)
 
 
 def plugin_problem(launcher_name: str) -> ConfigError | None:
@@ -143,33 +154,33 @@ def _value(point: list[str], key: str) -> str:
     return next((o.split("=", 1)[1] for o in point if o.split("=", 1)[0].lstrip("+") == key and "=" in o), "")
 
 
-def final_reward(run_dir: str) -> float | None:
-    from trainstack.rundir import RunDir
-
-    _, rewards = RunDir(run_dir).last_metrics()
-    return rewards[-1] if rewards else None
-
-
-def print_summary(results: Sequence[PointResult], file=None) -> None:
+def print_summary(results: Sequence["RunResult"], file=None) -> None:
     """One line per point, folded to the terminal's width. A point that trained nothing says so
-    (`finished earlier at N`) and shows no reward: the run's last reward is not this sweep's result."""
+    (`finished earlier at N`) and shows no value: the run's last reward is not this sweep's result."""
+    from trainstack.sweep_result import DEFAULT_METRIC, FAILED, FINISHED, UNCHANGED
     from trainstack.tables import fold, output_width
 
     out = file or sys.stderr
     width = output_width(out)
-    print("\nsweep summary", file=out)
-    print(f"{'point':>5}  {'status':8}  {'exit':>4}  {'reward':>7}  run id / overrides", file=out)
+    objective = results[0].objective if results else DEFAULT_METRIC
+    column = "reward" if objective == DEFAULT_METRIC else "value"
+    print("\nsweep summary" + ("" if column == "reward" else f" (value: {objective})"), file=out)
+    print(f"{'point':>5}  {'status':8}  {'exit':>4}  {column:>7}  run id / overrides", file=out)
     for r in results:
-        reward = None if r.earlier is not None else final_reward(r.run_dir)
-        status = "failed" if r.code else "ok" if r.earlier is None else "nothing"
-        note = f"(finished earlier at {r.earlier}: nothing trained) " if r.earlier is not None else ""
-        text = (f"{r.num:>5}  {status:8}  {r.code:>4}  {'-' if reward is None else f'{reward:.3f}':>7}  {r.run_id}  "
+        value = None if r.state == UNCHANGED else r.value
+        status = {FAILED: "failed", FINISHED: "ok", UNCHANGED: "nothing"}.get(r.state, r.state)
+        note = f"(finished earlier at {r.earlier}: nothing trained) " if r.state == UNCHANGED else ""
+        code = "-" if r.code is None else r.code
+        text = (f"{r.num:>5}  {status:8}  {code:>4}  {'-' if value is None else f'{value:.3f}':>7}  {r.run_id}  "
                 f"{note}{' '.join(o.lstrip('+') for o in r.overrides)}")
         print("\n".join(fold(text, width, "", " " * 33)), file=out)
-    failed = sum(r.code != 0 for r in results)
-    idle = sum(r.code == 0 and r.earlier is not None for r in results)
+    failed = sum(r.state == FAILED for r in results)
+    idle = sum(r.state == UNCHANGED for r in results)
     trained_nothing = f" ({idle} finished earlier: nothing trained)" if idle else ""
-    print(f"{len(results)} points: {len(results) - failed} ok{trained_nothing}, {failed} failed", file=out, flush=True)
+    others = len(results) - failed - idle - sum(r.state == FINISHED for r in results)
+    pending = f", {others} {results[0].state if others == len(results) else 'not waited for'}" if others else ""
+    print(f"{len(results)} points: {len(results) - failed - others} ok{trained_nothing}, {failed} failed{pending}",
+          file=out, flush=True)
 
 
 def remove_empty_dirs(sweep_dir: str, job_dirs: Sequence[str]) -> None:

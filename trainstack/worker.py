@@ -6,7 +6,8 @@ run's lease from the commander.
    the newest complete checkpoint on the volume, or the Hub when the plan finds one there; events,
    status) in its own process group. The run-dir lease of an older epoch's trainer is taken over:
    the commander's newer epoch proves that trainer was superseded.
-3. Renew every heartbeat, sending progress (last checkpoint, Hub commit, reward).
+3. Renew every heartbeat, sending progress (last checkpoint, Hub commit, reward) and what the run's
+   metrics.jsonl gained (the commander keeps a copy for the submit host: trainstack/metrics/relay.py).
    - renewal refused (superseded, expired, force-released): SIGKILL the trainer's group at once:
      the run belongs to someone else now, and a final checkpoint would be a second writer;
    - commander unreachable for longer than the deadline (< TTL): stop the trainer (SIGTERM, a
@@ -186,6 +187,8 @@ class Worker:
         self.sigterm = threading.Event()
         self.ttl = self.heartbeat = self.deadline = 0.0
         self.grace = 30.0
+        self.metrics_at: int | None = -1  # the commander's copy of metrics.jsonl in bytes (-1: resend it whole;
+        # None: this commander keeps none)
 
     # ------------------------------------------------------------------ commander calls
     def acquire(self, give_up_s: float = 300.0) -> bool:
@@ -207,10 +210,38 @@ class Worker:
         return False
 
     def renew(self) -> dict[str, Any]:
-        return self.client.post(f"/v1/runs/{self.run_id}/lease/renew",
-                                {"epoch": self.epoch, "holder": self.holder, "progress": progress(self.run_dir)})
+        got = self.metrics_chunk()
+        answer = self.client.post(f"/v1/runs/{self.run_id}/lease/renew", {
+            "epoch": self.epoch, "holder": self.holder, "progress": progress(self.run_dir), "metrics": got})
+        self.metrics_sent(got, answer)
+        return answer
+
+    def metrics_chunk(self) -> dict[str, Any] | None:
+        """What metrics.jsonl gained since the commander's copy (trainstack/metrics/relay.py)."""
+        from trainstack.metrics.relay import chunk
+        from trainstack.rundir import layout
+
+        return None if self.metrics_at is None else chunk(self.run_dir / layout.METRICS, self.metrics_at)
+
+    def metrics_sent(self, got: dict[str, Any] | None, answer: dict[str, Any]) -> None:
+        size = answer.get("metrics_bytes") if isinstance(answer, dict) else None
+        if got is not None and not isinstance(size, int):  # a commander that keeps no metrics: stop sending them
+            self.metrics_at = None
+        elif isinstance(size, int) and self.metrics_at is not None:
+            self.metrics_at = size
+
+    def flush_metrics(self) -> None:
+        """Before the last report: what is left of metrics.jsonl, a chunk per renewal (the lease is still ours)."""
+        for _ in range(64):
+            if self.metrics_chunk() is None:
+                return
+            try:
+                self.renew()
+            except CommanderError:
+                return
 
     def report(self, state: str, code: int | None, message: str, stderr: str = "") -> None:
+        self.flush_metrics()
         tail = log_tail(self.run_dir) + (f"\n--- trainstack exec's stderr ---\n{stderr}" if stderr.strip() else "")
         body = {"epoch": self.epoch, "holder": self.holder, "state": state, "exit_code": code, "message": message,
                 "progress": progress(self.run_dir), "log_tail": tail}
@@ -234,6 +265,8 @@ class Worker:
         except Exception:  # noqa: BLE001 - exec reports a bad spec itself
             pass
         take_over_run_dir_lease(self.run_dir, self.child_env["TRAINSTACK_HOSTNAME"], self.epoch)
+        if self.metrics_at is not None:
+            self.metrics_at = -1  # a (re)started trainer may rewrite metrics.jsonl: the commander's copy is sent anew
         say(f"starting trainstack exec {self.run_dir}")
         return Trainer(str(self.run_dir), self.child_env)
 

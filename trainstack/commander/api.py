@@ -6,7 +6,8 @@ Workers:   POST /v1/runs/{id}/lease/acquire | renew | report   (fenced: epoch + 
 Admin:     POST /v1/runs (register), GET /v1/runs[?sweep=], GET /v1/runs/{id}, GET /v1/runs/{id}/events,
            GET /v1/leases, GET /v1/events, POST /v1/runs/{id}/cancel[?purge=] | pause | resume[?from_scratch=]
            (resume's body: new spend limits),
-           POST /v1/runs/{id}/lease/force-release, GET /v1/runs/{id}/logs, PUT /v1/sweeps/{sweep}
+           POST /v1/runs/{id}/lease/force-release, GET /v1/runs/{id}/logs, GET /v1/runs/{id}/metrics[?offset=],
+           PUT /v1/sweeps/{sweep}
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from trainstack.commander.reconciler import CommanderConfig, worker_log_path
 from trainstack.commander.store import TERMINAL_PHASES, Store
 from trainstack.commander.provider import PodRequest
 from trainstack.fence import epoch_superseded
+from trainstack.metrics import relay
 from trainstack.rundir.progress import ReportedProgress
 
 
@@ -46,6 +48,7 @@ class Renew(BaseModel):
     epoch: int
     holder: str
     progress: dict[str, Any] = Field(default_factory=dict)
+    metrics: Optional[dict[str, Any]] = None  # what the pod's metrics.jsonl gained (trainstack/metrics/relay.py)
 
 
 class Report(BaseModel):
@@ -56,6 +59,7 @@ class Report(BaseModel):
     message: Optional[str] = Field(default=None, max_length=4000)
     progress: dict[str, Any] = Field(default_factory=dict)
     log_tail: Optional[str] = Field(default=None, max_length=70000)
+    metrics: Optional[dict[str, Any]] = None
 
 
 class SweepLimit(BaseModel):
@@ -301,6 +305,15 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return {"source": "commander", "pod_id": None, "path": path, "offset": offset, "phase": rec.phase,
                 "text": (rec.log_tail or "") if offset == 0 else ""}
 
+    @app.get("/v1/runs/{run_id}/metrics", dependencies=[Depends(admin)])
+    def metrics(run_id: str, offset: int = 0) -> dict[str, Any]:
+        """The run's metrics.jsonl as its workers sent it, from byte `offset` (relay.py): while it runs and after
+        its pod is gone."""
+        get_run(run_id)
+        with store.tx() as db:
+            text = relay.stored_text(db, run_id)
+        return {"offset": offset, "size": len(text), "text": text[offset:] if 0 <= offset <= len(text) else ""}
+
     # ------------------------------------------------------------------ lease (worker)
     @app.post("/v1/runs/{run_id}/lease/acquire")
     def acquire(run_id: str, body: Acquire, _auth: None = Depends(worker_of)) -> dict[str, Any]:
@@ -345,7 +358,9 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
             ck = ReportedProgress.from_json(body.progress).last_checkpoint
             if ck is not None and ck != last:
                 Store.event(db, run_id, "checkpoint", body.epoch, iteration=ck)
-        return {"desired": row["desired"], "ttl_s": config.lease_ttl_s, "expires_in": config.lease_ttl_s}
+            metrics_bytes = relay.receive(db, run_id, body.metrics)
+        return {"desired": row["desired"], "ttl_s": config.lease_ttl_s, "expires_in": config.lease_ttl_s,
+                "metrics_bytes": metrics_bytes}
 
     @app.post("/v1/runs/{run_id}/lease/report")
     def report(run_id: str, body: Report, _auth: None = Depends(worker_of)) -> dict[str, Any]:
@@ -363,6 +378,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
                          **progress_fields(body.progress))
             Store.event(db, run_id, f"worker_{body.state}", body.epoch, exit_code=body.exit_code,
                         message=body.message, last_checkpoint=ReportedProgress.from_json(body.progress).last_checkpoint)
+            relay.receive(db, run_id, body.metrics)
         if reconciler is not None:
             reconciler.refresh()
         return {"run_id": run_id, "phase": phase}

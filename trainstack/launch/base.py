@@ -15,9 +15,11 @@ runs is a method here, so the core (status, cancel, logs, sweeps) never names a 
   scheduler's state, a pod); `cancel(rows, dry)`: stop them; `logs(row, follow, which)`: print
   the trainer's log, wherever it is.
 - `record_sweep(sweep_dir, runs)`: the sweep manifest (`sweep.json`), for every launcher.
-- `check(spec)`, `submit_sweep(specs, ...)`, `sweep_results(...)`: what the shared Hydra sweep
+- `check(spec)`, `submit_sweep(specs, ...)`, `sweep_poll(...)`: what the shared Hydra sweep
   plugin asks (each point checked before the first is submitted; one call submits them all;
-  `wait=true` sweeps return each run's metric to the sweeper).
+  a waited sweep asks how each run ended, then returns each run's result to the sweeper).
+- `fetch_traces(run_dirs)`: bring a run's metrics from where it ran into its run dir here (Lium:
+  from the commander), before status, compare or a waited sweep read them.
 - `submit_host_problems(dry)`: what this machine lacks to submit (no `sbatch`, a missing client
   library); the preflight asks before anything is written, so a dry run refuses like the launch.
 - `settings_problems(cluster)`: what a submission refuses in the launcher's own settings, offline
@@ -52,11 +54,12 @@ class NoSettings:
 
 
 @dataclass
-class SweepSettings:
-    """What every launcher's settings may add for sweeps through `hydra/launcher=<name>`."""
+class RunEnd:
+    """How a sweep's run ended, as its launcher knows it (`sweep_poll`); its result is read from the run dir."""
 
-    wait: bool = False  # block until every run has ended and return its metric to the sweeper (Optuna needs it)
-    metric: str = "rollout/raw_reward"  # what a finished run returns to the sweeper (wait=true)
+    state: str  # trainstack.sweep_result.FINISHED or FAILED
+    code: int | None = None  # the run's exit code, where known
+    error: str | None = None  # why it failed, one line
 
 
 class Launcher:
@@ -124,23 +127,45 @@ class Launcher:
         runs = []
         for spec, num in zip(specs, nums):
             code = self.submit(spec)
-            if code and not self.waits:  # a waiting launcher's code is the run's: a failed trial, not a failed submit
+            self._codes = {**getattr(self, "_codes", {}), spec.run_id: code}  # a waited run's end (sweep_poll)
+            if code and not self.waits_for(spec):  # a waiting launcher's code is the run's: a failed trial, not a failed submit
                 from trainstack.errors import RuntimeFailure
 
                 raise RuntimeFailure(f"{self.name}: submitting {spec.run_id} exited with {code}")
             runs.append(SweepRun(run_id=spec.run_id, run_dir=spec.run_dir, overrides=list(spec.overrides), job_num=num))
         return runs
 
-    def sweep_results(self, specs: Sequence["RunSpec"], runs: Sequence["SweepRun"], settings: Any) -> list[Any]:
-        """wait=true: block until every run has ended; each run's metric (or an exception: a failed trial)."""
-        from trainstack.rundir import RunDir
+    def waits_for(self, spec: "RunSpec") -> bool:
+        """Does `submit(spec)` return only when the run has ended (`waits`, or its settings' `wait`)?"""
+        return self.waits_with(dict(spec.cluster.settings or {}))
 
-        out: list[Any] = []
+    @classmethod
+    def waits_with(cls, settings: dict[str, Any]) -> bool:
+        """`waits_for` from the settings as written (`cluster.<name>`)."""
+        return cls.waits or bool(settings.get("wait", False))
+
+    def sweep_poll(self, specs: Sequence["RunSpec"], runs: Sequence["SweepRun"], settings: Any) -> list[RunEnd | None]:
+        """A waited sweep (`wait=true`, or a launcher that `waits`): each run's end, None while it is queued or
+        running; asked every `poll_s` until every run has ended. Default: the exit code `submit` returned (a
+        launcher that waits), else the run dir's state (`status.json`: finished or failed)."""
+        from trainstack.rundir import RunDir
+        from trainstack.sweep_result import FAILED, FINISHED
+
+        codes = getattr(self, "_codes", {})
+        out: list[RunEnd | None] = []
         for spec in specs:
-            rd = RunDir(spec.run_dir)
-            metrics = rd.status().get("last_metrics") or rd.last_metrics()[0]
-            out.append(metrics.get(getattr(settings, "metric", None) or ""))
+            if spec.run_id in codes:
+                code = codes[spec.run_id]
+                out.append(RunEnd(FAILED if code else FINISHED, code))
+                continue
+            state = RunDir(spec.run_dir).status().get("state")
+            out.append(RunEnd(FINISHED, 0) if state == "finished" else RunEnd(FAILED, None, f"the run is {state}")
+                       if state in ("failed", "interrupted") else None)
         return out
+
+    def fetch_traces(self, run_dirs: Sequence[str]) -> None:
+        """Bring what these runs logged where they ran (metrics) into their run dirs here, so status, compare and
+        a waited sweep read them. Default: nothing, the run dir is where the run wrote them."""
 
     # --- running --------------------------------------------------------------------------
     def execute(self, spec: "RunSpec") -> int:

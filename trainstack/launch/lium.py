@@ -5,7 +5,8 @@
 local run dir (status, compare and diff read it), make the pod's copy of the spec (paths moved
 to the pod: run dir on the volume, data under the pod's workdir, the image's python), register
 it with the commander, write `lium.json` in the run dir, and return at once (`wait=true` blocks
-until every run has ended). The commander rents, replaces and removes pods (trainstack/commander/).
+until every run has ended, pulling each run's metrics from the commander into its run dir here).
+The commander rents, replaces and removes pods (trainstack/commander/).
 
 Settings: `LiumSettings` under `cluster.lium:`: `pod` (GPU type and count, template or image,
 volume, price and country limits; `PodRequest`), wait, restart_limit, spend_limit,
@@ -197,15 +198,6 @@ def wait_for(client, run_ids: Sequence[str], poll_s: float) -> dict[str, dict]:
     return done
 
 
-def metric_of(rec: dict[str, Any], metric: str | None) -> Any:
-    """A finished run's metric from the commander's record: the worker reports the run's last metrics."""
-    progress = rec.get("progress") or {}
-    metrics = progress.get("metrics") or {}
-    if metric in metrics:
-        return metrics[metric]
-    return progress.get("reward") if metric == "rollout/raw_reward" else None
-
-
 class LiumLauncher(Launcher):
     """Register the run with the Lium commander, which keeps it on a pod; returns at once."""
 
@@ -258,15 +250,31 @@ class LiumLauncher(Launcher):
     def record_sweep(self, sweep_dir: str | Path, runs: Sequence[manifest.SweepRun], **meta: Any) -> Path:
         return super().record_sweep(sweep_dir, runs, **{"wait": getattr(self, "_wait", False), **meta})
 
-    def sweep_results(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
-        ids = [s.run_id for s in specs]
-        done = wait_for(commander(settings, start=False), ids, float(settings.poll_s))
+    def sweep_poll(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+        """Each run's end as the commander records it: finished, or failed / cancelled / paused (with why)."""
+        from trainstack.commander.client import Unreachable
+        from trainstack.launch.base import RunEnd
+        from trainstack.sweep_result import FAILED, FINISHED
+
+        client = commander(settings, start=False)
         out: list[Any] = []
-        for rid in ids:
-            rec = done[rid]
-            out.append(metric_of(rec, settings.metric) if rec["phase"] == "finished"
-                       else CommanderFailure(f"{rid}: {rec['phase']}: {rec.get('message')}"))
+        for spec in specs:
+            try:
+                rec = client.get(f"/v1/runs/{spec.run_id}")
+            except Unreachable:
+                out.append(None)
+                continue
+            phase = rec.get("phase")
+            out.append(None if phase not in TERMINAL else RunEnd(FINISHED, rec.get("exit_code")) if phase == "finished"
+                       else RunEnd(FAILED, rec.get("exit_code"), f"{phase}: {rec.get('message') or ''}".strip(": ")))
         return out
+
+    def fetch_traces(self, run_dirs: Sequence[str]) -> None:
+        """The pod's metrics.jsonl, as the worker sent it to the commander, into each run dir here."""
+        from trainstack.launch.lium_status import pull_metrics
+
+        for d in run_dirs:
+            pull_metrics(d)
 
     @classmethod
     def locate(cls, run_id: str) -> Path | None:

@@ -64,6 +64,31 @@ def record(run_dir: str | Path, run_id: str) -> tuple[dict[str, Any] | None, str
         return None, f"commander: {ex.detail}"
 
 
+def pull_metrics(run_dir: str | Path) -> None:
+    """What the commander's copy of the pod's metrics.jsonl has that this run dir's lacks (relay.py): compare
+    and status read the run dir, while the run trains and after its pod is gone. Quiet when no commander answers."""
+    from trainstack.commander.client import CommanderError
+    from trainstack.metrics.relay import write_local
+
+    rd = RunDir(run_dir)
+    run_id = (rd.read(layout.LIUM, {}) or {}).get("run_id")
+    client, _ = _client(run_dir)
+    if client is None or not run_id:
+        return
+    try:
+        have = rd.metrics_file.stat().st_size
+    except OSError:
+        have = 0
+    try:
+        got = client.get(f"/v1/runs/{run_id}/metrics?offset={have}")
+        if got.get("size", 0) < have:  # the pod's file was rewritten shorter: take the copy whole
+            got = client.get(f"/v1/runs/{run_id}/metrics?offset=0")
+    except CommanderError:
+        return
+    if got.get("text") or (got.get("offset") == 0 and got.get("size") == 0 and have):
+        write_local(run_dir, int(got.get("offset") or 0), str(got.get("text") or ""))
+
+
 def fill_lium(rows: Sequence[Any]) -> None:
     for r in rows:
         rec, why = record(r.run_dir, r.run_id)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 class LocalLauncher(Launcher):
     name = "local"
     waits = True
+    sweep_verb = "ran {n} run{s}"  # the sweep plugin's report line: each ran to its end here
 
     @classmethod
     def runs_here(cls, settings: dict) -> bool:

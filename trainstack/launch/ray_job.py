@@ -212,12 +212,17 @@ class RayJobSettings:
 
     address: str = DEFAULT_ADDRESS  # the Jobs API (dashboard) address
     start_head: bool = False  # no Ray answering at a loopback address: start a head there (stopped after the run)
+    wait: bool = True  # follow each job to its end (false: start each run in the background and return at once)
 
     def problems(self) -> list[tuple[str, object, str, str]]:
         url = urlparse(self.address)
         if url.scheme not in ("http", "https") or not url.hostname:
             return [("address", self.address, "not an http(s) URL of a Ray dashboard",
                      "use e.g. cluster.ray_job.address=http://10.0.0.5:8265")]
+        if self.start_head and not self.wait:
+            return [("wait", False, "a head started for a run stops with it, so runs started in the background "
+                     "would each start one at the same address", "start a Ray head (ray start --head) and drop "
+                     "cluster.ray_job.start_head, or keep cluster.ray_job.wait=true")]
         return []
 
 
@@ -234,6 +239,18 @@ class RayJobLauncher(Launcher):
     @classmethod
     def runs_here(cls, settings: dict) -> bool:
         return (urlparse(str(settings.get("address") or DEFAULT_ADDRESS)).hostname or "") in LOOPBACK
+
+    @classmethod
+    def waits_with(cls, settings: dict) -> bool:
+        return bool(settings.get("wait", True))
+
+    def submit(self, spec: RunSpec) -> int:
+        """wait=true (default): the job followed to its end, here; false: `trainstack exec` in the background."""
+        if self.waits_for(spec):
+            return self.execute(spec)
+        from trainstack.launch.detached import start_detached
+
+        return start_detached(spec, self.name)
 
     def execute(self, spec: RunSpec) -> int:
         from trainstack.errors import ConfigError, ConfigErrors

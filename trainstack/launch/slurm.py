@@ -63,6 +63,8 @@ class SlurmSettings:
     dry: bool = False  # sweeps: compose, validate, size, write the manifest with each sbatch header; submit nothing
     wait: bool = False  # block until every job has ended (Optuna needs it)
     metric: str = "rollout/raw_reward"  # what a finished job returns to the sweeper
+    poll_s: float = 5.0  # wait=true: seconds between checks of the jobs
+    shared_run_dirs: bool = True  # false: nodes do not see the submit host's run dirs (trainstack/launch/slurm_mirror.py)
     # passed to sbatch as they are
     qos: Optional[str] = None
     comment: Optional[str] = None
@@ -178,7 +180,7 @@ def make_point(spec: RunSpec, settings: SlurmSettings) -> Point:
                  gpus_per_node=int(cluster.gpus_per_node) if cluster.accelerator == "gpu" else 0,
                  cpus_per_node=settings.cpus_per_node or 1, grace_s=float(spec.resume.grace_s),
                  max_requeues=int(settings.max_requeues), ray_timeout_s=float(settings.ray_timeout_s),
-                 metric=settings.metric)
+                 metric=settings.metric, spec=None if settings.shared_run_dirs else spec.to_json())
 
 
 def store_pending(spec: RunSpec) -> None:
@@ -327,6 +329,10 @@ def scheduler_states(job_ids: Sequence[str]) -> dict[str, tuple[str, str]]:
     return out
 
 
+# scheduler states of a job that ended (a COMPLETED one without submitit's result file died in its epilogue)
+SLURM_ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
 class SlurmLauncher(Launcher):
     """Submit one SLURM job per run; the job executes the stored spec (`trainstack exec`)."""
 
@@ -345,7 +351,20 @@ class SlurmLauncher(Launcher):
 
     @classmethod
     def settings_problems(cls, cluster: Any) -> list[ConfigError]:
-        return sizing_problems(cluster)
+        problems = sizing_problems(cluster)
+        if (cluster.settings or {}).get("shared_run_dirs") is False and int(cluster.num_nodes) > 1:
+            problems.append(ConfigError("cluster.slurm.shared_run_dirs", "a multi-node job's nodes meet in the run "
+                                        "dir (the Ray rendezvous), which shared_run_dirs=false says they do not share",
+                                        "run on one node (cluster.num_nodes=1), or put paths.runs_root on a shared "
+                                        "filesystem", value=False))
+        return problems
+
+    def fetch_traces(self, run_dirs: Sequence[str]) -> None:
+        """Runs whose nodes do not share their run dir: their metrics and status, from the job's folder."""
+        from trainstack.launch.slurm_mirror import fetch
+
+        for d in run_dirs:
+            fetch(d)
 
     def check(self, spec: RunSpec) -> None:
         from trainstack.resume import plan
@@ -407,13 +426,28 @@ class SlurmLauncher(Launcher):
     def record_sweep(self, sweep_dir: str | Path, runs: Sequence[manifest.SweepRun], **meta: Any) -> Path:
         return super().record_sweep(sweep_dir, runs, **{**getattr(self, "_meta", {}), **meta})
 
-    def sweep_results(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+    def sweep_poll(self, specs: Sequence[RunSpec], runs: Sequence[manifest.SweepRun], settings: Any) -> list[Any]:
+        """A job has ended when submitit's result file is there (its run's exit, or the error it raised), or when
+        the scheduler says it ended without one (cancelled, node failure, out of memory)."""
+        from trainstack.launch.base import RunEnd
+        from trainstack.sweep_result import FAILED, FINISHED
+
+        jobs = getattr(self, "_jobs", [])
+        states = scheduler_states([str(j.job_id) for j in jobs if not j.paths.result_pickle.exists()])
         out: list[Any] = []
-        for job in getattr(self, "_jobs", []):
-            try:
-                out.append(job.results()[0].get("metric"))
-            except Exception as ex:  # noqa: BLE001 - a failed job is a failed trial, reported by Hydra
-                out.append(ex)
+        for job in jobs:
+            if job.paths.result_pickle.exists():
+                try:
+                    got = job.results()[0]
+                    out.append(RunEnd(FINISHED, int(got.get("code") or 0)))
+                except Exception as ex:  # noqa: BLE001 - the job raised: the run failed (its last line says why)
+                    lines = [ln for ln in str(ex).strip().splitlines() if ln.strip()]
+                    out.append(RunEnd(FAILED, None, lines[-1].strip()[:300] if lines else type(ex).__name__))
+                continue
+            state, reason = states.get(str(job.job_id), ("", ""))
+            ended = state.split()[0] in SLURM_ENDED if state else False
+            out.append(RunEnd(FAILED, None, f"SLURM job {job.job_id} ended {state}" + (f" ({reason})" if reason else ""))
+                       if ended and not job.paths.result_pickle.exists() else None)
         return out
 
     # --- following --------------------------------------------------------------------------

@@ -256,6 +256,7 @@ class Point:
     ray_timeout_s: float = 300.0
     metric: str | None = "rollout/raw_reward"
     env: dict[str, str] = field(default_factory=dict)
+    spec: dict[str, Any] | None = None  # the stored spec, when the node does not see the run dir (slurm_mirror.py)
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "trainstack", "exec", self.run_dir]
@@ -290,12 +291,22 @@ class PointRunner:
             return {"run_id": point.run_id, "rank": task.rank, "code": 0}
         print(f"trainstack: job {task.job_id} (restart {task.restart_count}) runs {point.run_id}: "
               + " ".join(point.argv()[1:]), file=sys.stderr, flush=True)
+        mirror = None
+        if point.spec is not None:  # the submit host does not see this run dir: the job brings the spec, and
+            from trainstack.launch.slurm_mirror import Mirror, materialize  # copies metrics back (slurm_mirror)
+
+            materialize(point.run_dir, point.spec)
+            mirror = Mirror(point.run_dir)
         try:
             self._child = subprocess.Popen(point.argv(), cwd=point.cwd, env=env, start_new_session=True,
                                            preexec_fn=_ignore_usr2)
             while (code := self._child.poll()) is None:
                 time.sleep(0.2)
+                if mirror is not None:
+                    mirror.sync()
         finally:
+            if mirror is not None:
+                mirror.sync(force=True)
             if cluster is not None:
                 cluster.teardown()
         result = {"run_id": point.run_id, "rank": task.rank, "code": code, "job_id": task.job_id,

@@ -32,6 +32,7 @@ LOGS = "logs"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"
 TRAINER_LOG = "trainer.log"  # under logs/
+EXEC_LOG = "exec.log"  # under logs/: a run started in the background (ray_job wait=false: launch/detached.py)
 EXEC_STDERR_LOG = "exec.stderr.log"  # under logs/: a Lium worker's `trainstack exec` stderr (errors before the trainer)
 # HTTP environments (trainstack/http_env): the generate function's settings (--custom-config-path),
 # written at each launch with the live env server URL; the env server trainstack starts for the run.

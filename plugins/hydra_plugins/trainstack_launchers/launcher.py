@@ -5,8 +5,14 @@
 sweep cache) with `cluster.launcher=<name>` -> resolve and validate -> preflight -> run spec ->
 `hydra.launcher.<key>` values over the point's `cluster.<name>` settings -> the launcher's own
 check. Nothing is submitted unless every point passes; then `launcher.submit_sweep` submits them
-all in one call, `launcher.record_sweep` writes `<sweep_dir>/sweep.json`, and `wait=true`
-returns each run's metric to the sweeper (`launcher.sweep_results`).
+all in one call and `launcher.record_sweep` writes `<sweep_dir>/sweep.json`.
+
+Each point's `JobReturn` carries its task config, its Hydra config, its job dir and its result
+(trainstack/sweep_result.py): SUBMITTED when the launcher returns before its runs end; with
+`hydra.launcher.wait=true` (or a launcher that runs to the end) the sweep waits, with progress,
+for every run (trainstack/sweep_wait.py) and answers FINISHED with the objective's value, or FAILED.
+The task function is not called: a point is a stored run spec, executed where its cluster says.
+An app whose config is not trainstack's is refused naming the launchers that run task functions.
 
 `hydra.launcher.<key>` accepts exactly the launcher's settings (trainstack/launch/<name>.py
 `Settings`; defaults declared there only), plus its `hydra_aliases`; its `hydra_refused` keys are
@@ -75,13 +81,16 @@ class TrainstackLauncher(Launcher):
         return given
 
     # --- one point ------------------------------------------------------------------------
-    def build_point(self, overrides: Sequence[str]):
+    def build_point(self, overrides: Sequence[str], num: int = 0):
         """(run, command, the point's task config), composed once per point, on this launcher."""
         from trainstack.pipeline import build
         from trainstack.resolve import Origin
         from trainstack.sweep_cache import SweepConfigCache, set_hydra_config
 
         sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
+        with open_dict(sweep_config):  # as Hydra's launchers do: ${hydra:job.num} is the point's number
+            sweep_config.hydra.job.id = num
+            sweep_config.hydra.job.num = num
         set_hydra_config(sweep_config)
         origin = Origin.from_hydra(sweep_config.hydra, cwd=os.getcwd())
         with read_write(sweep_config), open_dict(sweep_config):  # the point's own copy (sweep_cache): no deep copy
@@ -89,13 +98,13 @@ class TrainstackLauncher(Launcher):
         run, cmd = build(sweep_config, origin)  # resolve leaves the hydra node out
         return run, cmd, sweep_config
 
-    def point_spec(self, launcher: Any, overrides: Sequence[str], given: dict[str, Any]):
+    def point_spec(self, launcher: Any, overrides: Sequence[str], given: dict[str, Any], num: int = 0):
         from trainstack.errors import ConfigErrors
         from trainstack.preflight import preflight
         from trainstack.runspec import RunSpec
         from trainstack.schema import to_typed
 
-        run, cmd, task_cfg = self.build_point(overrides)
+        run, cmd, task_cfg = self.build_point(overrides, num)
         preflight(run, cmd, launching=False, submitted_by=self.name)  # resume plan, run dir, deferred checks
         spec = RunSpec.from_run(run, cmd)
         merged = {**spec.cluster.settings, **{k: ({**spec.cluster.settings[k], **v} if isinstance(v, dict) and isinstance(
@@ -107,39 +116,46 @@ class TrainstackLauncher(Launcher):
         problems = type(launcher).settings_problems(spec.cluster)  # what submitting would refuse, dry or not
         if problems:
             raise ConfigErrors(problems)
-        return run, cmd, spec, bool(task_cfg.get("dry_run"))
+        return run, cmd, spec, task_cfg
 
     # --- the sweep ------------------------------------------------------------------------
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from trainstack import sweep_result as sr
         from trainstack.errors import ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
         from trainstack.launch.registry import get
-        from trainstack.sweep_points import PointErrors, remove_fresh_sweep_dir, shared_run_id_errors
+        from trainstack.sweep_points import (PointErrors, is_trainstack_config, not_trainstack_problem,
+                                             remove_fresh_sweep_dir, shared_run_id_errors)
 
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         try:
+            if not is_trainstack_config(self.config):  # another Hydra app: its task function is not a run spec
+                raise ConfigErrors([not_trainstack_problem(self.name)])
             launcher = get(self.name)
             given = self.hydra_settings(type(launcher))
+            objective = sr.sweep_objective(self.config)
         except ConfigErrors as err:
             remove_fresh_sweep_dir(str(sweep_dir))
             report_and_exit(err)
-        specs, dry_lines, built = [], [], []
+        specs, dry_lines, built, points = [], [], [], []
         failed = PointErrors()
         for idx, overrides in enumerate(job_overrides):  # every point checked before the first is submitted
             shown = list(filter_overrides(overrides))
+            num = initial_job_idx + idx
             failed.point()
             try:
-                run, cmd, spec, dry = self.point_spec(launcher, overrides, given)
+                run, cmd, spec, task_cfg = self.point_spec(launcher, overrides, given, num)
                 built.append((spec.run_id, shown))
-                if dry:
+                points.append((num, shown, overrides, spec, task_cfg))
+                if task_cfg.get("dry_run"):
                     dry_lines.append((run, cmd))
                     continue
                 launcher.check(spec)
             except ConfigErrors as err:
-                failed.add(initial_job_idx + idx, shown, err.errors)
+                failed.add(num, shown, err.errors)
                 continue
             specs.append(spec)
-            log.info(f"\t#{initial_job_idx + idx} : {spec.run_id} : {' '.join(shown)}")
+            log.info(f"\t#{num} : {spec.run_id} : {' '.join(shown)}")
         # one run per point: two points with one run id would share a run dir, a job name, a lease
         errors = failed.errors() + shared_run_id_errors(built, what=launcher.sweep_point)
         settings = launcher.settings(specs[0]) if specs else None
@@ -147,8 +163,16 @@ class TrainstackLauncher(Launcher):
             errors += launcher.submit_host_problems(dry=bool(getattr(settings, "dry", False)) or not specs)
             for e in errors:
                 e.key = "hydra/launcher" if e.key == "cluster.launcher" else e.key
-        if not errors and settings is not None:
-            errors += self.optuna_problems(settings)
+        waits = type(launcher).waits if settings is None else launcher.waits_for(specs[0])
+        metric = getattr(settings, "metric", None)
+        if OmegaConf.select(self.config, "objective", default=None) is None and metric:
+            try:  # SLURM's and Lium's older spelling of the objective: hydra.launcher.metric
+                objective = sr.Objective.parse(metric, key="hydra.launcher.metric")
+            except ConfigErrors as err:
+                errors += err.errors
+        if not errors:  # a sweeper that reads each point's result (Optuna) needs one: refused once, here
+            errors += sr.results_problems(self.config, dry=bool(dry_lines) or bool(getattr(settings, "dry", False)),
+                                          waits=waits, launcher=self.name)
         if errors:
             remove_fresh_sweep_dir(str(sweep_dir))
             report_and_exit(ConfigErrors(errors))
@@ -157,10 +181,10 @@ class TrainstackLauncher(Launcher):
 
             for point, point_cmd in dry_lines:
                 display.print_sweep_line(point, point_cmd)
-            return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
+            return [self.returned(p, sr.CHECKED, write=False) for p in points]
         sweep_dir.mkdir(parents=True, exist_ok=True)
         t_built = time.perf_counter()
-        nums = list(range(initial_job_idx, initial_job_idx + len(specs)))
+        nums = [p[0] for p in points]
         try:
             runs = launcher.submit_sweep(specs, sweep_dir, nums)
             submit_s = time.perf_counter() - t0
@@ -173,37 +197,48 @@ class TrainstackLauncher(Launcher):
         if getattr(settings, "dry", False):
             _say(f"trainstack: dry: {n} point{'s' if n != 1 else ''} composed, checked and sized in "
                  f"{t_built - t0:.2f} s, nothing submitted; see {manifest}")
-            return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
+            return [self.returned(p, sr.CHECKED, write=False) for p in points]
         ids = ", ".join(f"{r.run_id}={r.job_id}" if r.job_id else r.run_id for r in runs[:8])
         _say(f"trainstack: {launcher.sweep_verb.format(n=n, s='s' if n != 1 else '')} in {submit_s:.2f} s "
              f"(compose+validate {t_built - t0:.2f} s): {ids}{' ...' if n > 8 else ''}\n  manifest {manifest}\n"
              f"  follow: trainstack status {sweep_dir}    stop: trainstack cancel {sweep_dir}")
-        if not getattr(settings, "wait", False):
-            return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
+        if not waits:  # submitted, not waited for: a distinct state, no value (sweep_result.SUBMITTED)
+            return [self.returned(p, sr.SUBMITTED) for p in points]
+        from trainstack.sweep_points import print_summary
+        from trainstack.sweep_wait import results, wait_for_runs
+
         try:
-            results = launcher.sweep_results(specs, runs, settings)
+            ends = wait_for_runs(launcher, specs, runs, settings, say=_say)
         except RuntimeFailure as ex:
             report_failure_and_exit(ex)
-        return [self.returned(o, v, JobStatus.FAILED if isinstance(v, BaseException) else JobStatus.COMPLETED)
-                for o, v in zip(job_overrides, results)]
+        got = results(specs, nums, [p[1] for p in points], ends, objective, sr.sweep_direction(self.config))
+        print_summary(got)
+        return [self.returned(p, r.state, r) for p, r in zip(points, got)]
 
-    def optuna_problems(self, settings: Any) -> list:
-        """The Optuna sweeper needs each trial's metric, which exists only once the run has ended."""
-        from trainstack.errors import ConfigError
+    def returned(self, point: tuple, state: str, result: Any = None, write: bool = True) -> JobReturn:
+        """Hydra's answer for a point this launcher submitted: its task config and Hydra config (as Hydra's own
+        launchers give them), its job dir `<sweep.dir>/<sweep.subdir>` (made, with `.hydra/` when
+        `hydra.output_subdir` is set), and its result: COMPLETED with a RunResult, or FAILED with RunFailed."""
+        from trainstack import sweep_result as sr
 
-        target = str(OmegaConf.select(self.config, "hydra.sweeper._target_", default="") or "")
-        if "optuna" in target.lower() and not getattr(settings, "wait", False):
-            return [ConfigError("hydra.launcher.wait", "the Optuna sweeper needs each trial's metric, which exists "
-                                "only after the run has finished", "add hydra.launcher.wait=true", value=False)]
-        return []
+        num, shown, overrides, spec, task_cfg = point
+        hydra_cfg = OmegaConf.masked_copy(task_cfg, "hydra")
+        cfg = OmegaConf.masked_copy(task_cfg, [k for k in task_cfg if k != "hydra"])
+        job_dir = Path(str(hydra_cfg.hydra.sweep.dir)) / str(hydra_cfg.hydra.sweep.subdir)
+        if write:
+            job_dir.mkdir(parents=True, exist_ok=True)
+            if hydra_cfg.hydra.output_subdir is not None:
+                from hydra.core.utils import _save_config
 
-    @staticmethod
-    def returned(overrides: Sequence[str], value: Any, status: JobStatus) -> JobReturn:
-        """What Hydra's sweeper gets for a point the launcher did not run in this process."""
-        ret = JobReturn(overrides=list(overrides), cfg=OmegaConf.create({}), hydra_cfg=None,
-                        working_dir=os.getcwd(), task_name="trainstack")
-        ret.status = status
-        ret.return_value = value
+                out = job_dir / str(hydra_cfg.hydra.output_subdir)  # Hydra's job files (run_job's names), not a run dir's
+                task_overrides = OmegaConf.create(list(hydra_cfg.hydra.overrides.task))
+                for name, node in (("config", cfg), ("hydra", hydra_cfg), ("overrides", task_overrides)):
+                    _save_config(node, f"{name}.yaml", out)  # type: ignore[arg-type]
+        result = result or sr.RunResult(num=num, run_id=spec.run_id, run_dir=spec.run_dir, overrides=shown, state=state)
+        ret = JobReturn(overrides=list(overrides), cfg=cfg, hydra_cfg=hydra_cfg, working_dir=str(job_dir),
+                        task_name=str(hydra_cfg.hydra.job.name))
+        ret.status = JobStatus.FAILED if result.state == sr.FAILED else JobStatus.COMPLETED
+        ret.return_value = sr.RunFailed(result) if result.state == sr.FAILED else result
         return ret
 
 

@@ -5,7 +5,6 @@ Behaviour is Hydra's BasicSweeper/BasicLauncher; only how each point's config is
 """
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -16,7 +15,7 @@ from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import OmegaConf, open_dict
 
-from trainstack import sweep_points
+from trainstack import sweep_points, sweep_result
 from trainstack.errors import ConfigErrors, report_and_exit
 from trainstack.sweep_cache import SweepConfigCache, set_hydra_config
 
@@ -49,9 +48,28 @@ def refuse_plugin_launchers(config) -> None:
         report_and_exit(ConfigErrors([problem]))
 
 
+def launchers_wait(configs: Sequence) -> bool:
+    """Does every point's launcher return only when its run has ended (local; ray_job unless wait=false)?"""
+    from trainstack.launch.registry import launcher_class
+
+    for c in configs:
+        name = str(OmegaConf.select(c, "cluster.launcher", default="local") or "local")
+        try:
+            cls = launcher_class(name)
+        except ConfigErrors:  # an unknown launcher: the point's own check names it
+            continue
+        node = OmegaConf.select(c, f"cluster.{name}", default=None)
+        settings = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else {}
+        if not cls.waits_with({str(k): v for k, v in settings.items()} if isinstance(settings, dict) else {}):
+            return False
+    return True
+
+
 class TrainstackSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         assert self.hydra_context is not None and self.config is not None
+        if not sweep_points.is_trainstack_config(self.config):  # another app: Hydra's basic sweeper, as it is
+            return super().validate_batch_is_legal(batch)
         refuse_plugin_launchers(self.config)
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
         for overrides in batch:
@@ -60,10 +78,17 @@ class TrainstackSweeper(BasicSweeper):
 
 class TrainstackLocalLauncher(BasicLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
+        if not sweep_points.is_trainstack_config(self.config):  # another app: Hydra's basic launcher, as it is
+            return super().launch(job_overrides, initial_job_idx)
+        setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         refuse_plugin_launchers(self.config)  # another sweeper (Optuna) skips the basic one's check
+        try:
+            objective = sweep_result.sweep_objective(self.config)
+        except ConfigErrors as err:
+            sweep_points.remove_fresh_sweep_dir(str(self.config.hydra.sweep.dir))
+            report_and_exit(err)
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
         configs = []
         for idx, overrides in enumerate(job_overrides):
@@ -74,6 +99,9 @@ class TrainstackLocalLauncher(BasicLauncher):
             configs.append(sweep_config)
         dry = all(bool(c.get("dry_run")) for c in configs)
         errors = sweep_points.check_points(configs)  # every point, before the first one runs (or prints)
+        if not errors:  # a sweeper that reads each point's result (Optuna) needs one: refused once, here
+            errors = sweep_result.results_problems(self.config, dry=dry, waits=launchers_wait(configs),
+                                                   launcher="trainstack_local")
         if errors:
             sweep_points.remove_fresh_sweep_dir(str(self.config.hydra.sweep.dir))
             report_and_exit(ConfigErrors(errors))
@@ -90,13 +118,16 @@ class TrainstackLocalLauncher(BasicLauncher):
                                 config=sweep_config, job_dir_key="hydra.sweep.dir",
                                 job_subdir_key="hydra.sweep.subdir"))
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        results = [r.return_value for r in runs
-                   if r.status == JobStatus.COMPLETED and isinstance(r.return_value, sweep_points.PointResult)]
+        direction = sweep_result.sweep_direction(self.config)
+        results = []
+        for r in runs:  # each point's result, its objective read from its run dir (sweep_result.py)
+            if r.status == JobStatus.COMPLETED and isinstance(r.return_value, sweep_result.RunResult):
+                result = sweep_result.finish(r.return_value, objective, direction)
+                results.append(result)
+                if result.state == sweep_result.FAILED:  # the sweeper stops with exit 1: RunFailed's message
+                    r.status, r.return_value = JobStatus.FAILED, sweep_result.RunFailed(result)
         if results:
             sweep_points.print_summary(results)
-        failed = [r for r in runs if r.status != JobStatus.COMPLETED] + [r for r in results if r.code != 0]
-        if failed:
-            sys.exit(1)
         return runs
 
     def _run_dry_point(self, sweep_config) -> JobReturn:
