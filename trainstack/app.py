@@ -78,7 +78,9 @@ def run_app(cfg: Any) -> Any:
         if sweep:
             display.print_sweep_line(run, cmd)
         else:
-            display.print_dry_run(run, cmd, report=report)
+            from trainstack.dry_head import SHORT
+
+            display.print_dry_run(run, cmd, report=report, short=cfg.dry_run == SHORT)
         if cfg.output:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         return

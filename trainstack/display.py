@@ -95,17 +95,29 @@ def _flag_lines(rows: list[tuple[str, str, str]], st: _Style, width: int | None)
     return out
 
 
-def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Report | None" = None) -> None:
-    """Everything a launch would do, nothing done: config tree, argv by group with sources, env, what
-    the launch would do with the run dir, the checks deferred to a remote host, what the numbers add up
-    to, the command and a verdict. Folded to the terminal's width (COLUMNS); whole lines in a pipe."""
-    from trainstack.dry_summary import facts
+def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Report | None" = None,
+                  short: bool = False) -> None:
+    """Everything a launch would do, nothing done: first the verdict and a summary (dry_head.py; all that
+    `short` prints), then the config tree, argv by group with sources, env, what the launch would do with
+    the run dir, the checks deferred to a remote host, the command and the verdict again. Folded to the
+    terminal's width (COLUMNS); whole lines in a pipe."""
+    from trainstack.dry_head import HINT, VERDICT, head_lines, verdict_line
     from trainstack.tables import fold_shell, output_width
 
     out = file or sys.stdout
     st = _Style(out)
     width = output_width(out)
-    lines = [_rule(f"resolved config: {run.run_id}", st, width)]
+    lines: list[str] = []
+    for label, block in head_lines(run, cmd, report, width, short):
+        if label in (VERDICT, HINT):
+            lines += [st(ln, "32" if label == VERDICT else "2") for ln in block]
+        else:
+            lines += _styled_head(block, "  " + label, st, "36")
+    if short:
+        out.write("\n".join(lines) + "\n")
+        out.flush()
+        return
+    lines.append(_rule(f"resolved config: {run.run_id}", st, width))
     lines += fold(f"run dir {run.run_dir}", width, "# ", "#   ")
     lines += _tree_lines(redact(run.config), st, width)
     for group in ("megatron", "sglang", "slime"):
@@ -138,23 +150,11 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
     else:
         for n in env_notes:
             lines += _styled_head(fold(f"note: {n}", width, "", "  "), "note:", st, "33")
-    derived = facts(run, cmd)
-    if derived:
-        lines.append(_rule("what it adds up to", st, width))
-        w_label = max(len(f.label) for f in derived)
-        for f in derived:
-            lines += _styled_head(fold(f"{f.label.ljust(w_label)}  {f.text}", width, "  ", " " * (w_label + 4)),
-                                  "  " + f.label, st, "36")
     lines.append(_rule("command", st, width))
     lines += fold_shell(cmd.shell_line(), width)  # folded with backslash-newlines: still copy-pastable
     lines += [st(ln, "32") for ln in fold(verdict_line(run.run_id, run.cluster.launcher), width, "", "  ")]
     out.write("\n".join(lines) + "\n")
     out.flush()
-
-
-def verdict_line(run_id: str, launcher: str) -> str:
-    """The dry run's last line: every check passed (a refusal is an error report and exit 2 instead)."""
-    return f"ok: ready to launch {run_id} on {launcher}"
 
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:

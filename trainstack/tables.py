@@ -35,7 +35,8 @@ def _natural(col: Column, cells: Sequence[str]) -> int:
 
 # A long word folds after one of these (`cluster.` / `num_nodes`, `run-` / `id`, `key=` / `value`),
 # never inside a part, unless the part alone is wider than its column.
-SOFT_BREAK = re.compile(r"(?<=[/._=,:-])")
+SOFT_CHARS = "/._=,:-"
+SOFT_BREAK = re.compile(f"(?<=[{re.escape(SOFT_CHARS)}])")
 
 
 def _parts(word: str) -> list[str]:
@@ -180,18 +181,33 @@ def output_width(stream=None) -> int | None:
     return None
 
 
-def fold(text: str, width: int | None, indent: str = "", subsequent: str | None = None) -> list[str]:
-    """`indent + text` folded to `width` (continuation lines start with `subsequent`, default the indent
-    plus two spaces); a word longer than a line is cut (paths). Unfolded when `width` is None."""
+def _soft_wrapper(**kw):
     import textwrap
 
+    class SoftWrapper(textwrap.TextWrapper):
+        """textwrap, except that a word longer than a line (a path, a dotted name) breaks after one of
+        SOFT_CHARS (`runs/` + `tiny-grpo-arithmetic-8349293f/`), never inside a part; only a part longer
+        than a whole line (a hash, a token) is cut."""
+
+        def _split_chunks(self, text):
+            line = self.width - max(len(self.initial_indent), len(self.subsequent_indent))
+            return [p for chunk in super()._split_chunks(text)
+                    for p in (_parts(chunk) if len(chunk) > line and chunk.strip() else [chunk])]
+
+    return SoftWrapper(**kw)
+
+
+def fold(text: str, width: int | None, indent: str = "", subsequent: str | None = None) -> list[str]:
+    """`indent + text` folded to `width` (continuation lines start with `subsequent`, default the indent
+    plus two spaces); a word longer than a line (a path) folds after a `/`, `.`, `-`, `_`, ... Unfolded
+    when `width` is None."""
     if width is None:
         return [indent + text]
     rest = indent + "  " if subsequent is None else subsequent
     if len(rest) > width // 2:
         rest = rest[: width // 2]
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=rest, break_long_words=True,
-                         break_on_hyphens=False, drop_whitespace=True, replace_whitespace=False) or [indent]
+    return _soft_wrapper(width=width, initial_indent=indent, subsequent_indent=rest, break_long_words=True,
+                         break_on_hyphens=False, drop_whitespace=True, replace_whitespace=False).wrap(text) or [indent]
 
 
 def shell_words(line: str) -> list[str]:
