@@ -290,12 +290,26 @@ class _Parser(argparse.ArgumentParser):
         super().error(redact_text(message))
 
 
+class _TopParser(_Parser):
+    """`trainstack --help`: the commands grouped, with examples (trainstack/cli_help.py)."""
+
+    def format_help(self) -> str:
+        import shutil
+
+        from trainstack.cli_help import top_help
+
+        return top_help(self, min(shutil.get_terminal_size().columns, 100))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="trainstack", description=__doc__)
+    parser = _TopParser(prog="trainstack", usage="trainstack [-h] [--version] COMMAND ...", add_help=False,
+                        description="Compose, check, launch and follow slime RL runs (`trainstack run` is "
+                                    "`python run.py`). A command's own options: trainstack COMMAND --help.")
     from trainstack.version import VersionAction
 
+    parser.add_argument("-h", "--help", action="help", help="this page; `trainstack COMMAND --help`: a command's own")
     parser.add_argument("--version", action=VersionAction, help="the version and the slime commit it renders for")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("run", help="compose, validate and launch a run: the same as `python run.py ...` "
                    "(Hydra overrides, -m for sweeps, --help for its own help)", add_help=False)
     p = sub.add_parser("render", help="print the rendered slime command as JSON (or shell/lines)")
