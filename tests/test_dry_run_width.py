@@ -133,6 +133,7 @@ def test_lium_preset_shows_its_price_and_a_sweep_fits(tmp_path):
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert sum(ln.startswith("ok  qwen3-4B-grpo-dapo-") for ln in out) == 2
+    assert not (tmp_path / "sweep").exists()  # a dry sweep leaves no multirun.yaml behind
     assert not [ln for ln in out if len(ln) > 80], out
 
 
