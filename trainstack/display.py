@@ -217,7 +217,8 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     lines += fold(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet",
                   width, "", " " * 9)
     roots = runs_root_flag(run.run_dir)
-    lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
+    if status.get("state") != "finished":  # a finished run has nothing to resume: `more` continues it
+        lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
     lines += _command_line("exec", f"trainstack exec {run.run_id}{roots}", "  # the stored run as it was submitted",
                            width)
     lines += _command_line("more", f"{more} env.num_rollout=<N>", "  # continue the same run for more rollouts", width)

@@ -175,7 +175,7 @@ def output_width(stream=None) -> int | None:
     stream = stream or sys.stdout
     if getattr(stream, "isatty", lambda: False)():
         try:
-            return os.get_terminal_size(stream.fileno()).columns
+            return os.get_terminal_size(stream.fileno()).columns or None  # a pty that reports 0 columns
         except (OSError, ValueError):
             return None
     return None

@@ -96,8 +96,10 @@ class SlimeRollouts:
         from trainstack.slime_version import checkout_commit
 
         commit = checkout_commit(root)[0] or "unknown-commit"
-        print(f"[tiny] rollout: slime {commit[:8]} ({root}) " + " ".join(SLIME_FUNCTIONS)
-              + f"; generation: tiny SGLang-compatible server {self.server.url}", file=sys.stderr, flush=True)
+        print(f"[tiny] rollout: slime {commit[:8]}'s own rollout code ({len(SLIME_FUNCTIONS)} functions from {root}: "
+              f"trainstack/tiny/rollout.py SLIME_FUNCTIONS); generation: tiny SGLang-compatible server "
+              f"{self.server.url}", file=sys.stderr, flush=True)
+        _quiet_progress_bars()
 
     def __len__(self) -> int:
         return len(self.data_source)
@@ -159,6 +161,24 @@ class SlimeRollouts:
         if hasattr(client, "aclose"):
             asyncio.run_coroutine_threadsafe(client.aclose(), get_async_loop().loop).result(timeout=10)
         self.server.stop()
+
+
+def _quiet_progress_bars() -> None:
+    """slime's eval draws a tqdm bar with `disable=False` given explicitly, which TQDM_DISABLE (train.py sets
+    it) cannot turn off: under TQDM_DISABLE its bars are disabled whatever the call says."""
+    import os
+
+    import slime.rollout.sglang_rollout as sglang_rollout
+
+    bar = sglang_rollout.tqdm
+    if not os.environ.get("TQDM_DISABLE") or getattr(bar, "quiet", False):
+        return
+
+    def quiet(*args, **kwargs):
+        return bar(*args, **{**kwargs, "disable": True})
+
+    quiet.quiet = True  # type: ignore[attr-defined]
+    sglang_rollout.tqdm = quiet
 
 
 def failure_metrics(samples) -> dict[str, float]:
