@@ -93,7 +93,8 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "python run.py run_id=resume-demo env.num_rollout=40 args.save_interval=10": (0, "run dir"),
     "python run.py run_id=resume-demo env.num_rollout=60 args.save_interval=10": (0, "resuming from rollout 39"),
     "python run.py cluster.launcher=ray_job cluster.ray_job.start_head=true run_id=ray-demo env.num_rollout=20 "
-    "args.save_interval=10": (0, "(finished, exit code 0)"),
+    "args.save_interval=10": (0, lambda out, cwd: "(finished, exit code 0)" in out and re.search(  # the head's phase
+        r"trainstack: starting a Ray head at http://127.0.0.1:\d+ .*: done in [\d.]+ s", out) is not None),
     # README, docs/http_env.md
     "python run.py experiment=cpu-agentic env.num_rollout=5": (0, "(finished, exit code 0)"),
     "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5": (0, "(finished, exit code 0)"),
