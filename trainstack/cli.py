@@ -129,7 +129,7 @@ def add_diff_compare(sub) -> None:
 def cmd_status(ns: argparse.Namespace) -> int:
     from trainstack.status import run_status
 
-    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json, wide=ns.wide)
+    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json, wide=ns.wide, watch=ns.watch)
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:
@@ -163,6 +163,8 @@ def add_status_cancel(sub) -> None:
     p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
+    p.add_argument("--watch", "-w", nargs="?", type=float, const=5.0, metavar="SECONDS",
+                   help="show it again every SECONDS (default 5) until every run has ended or Ctrl-C")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (each run's launcher: scancel for SLURM, "
                        "the commander for Lium, the launching process here)")

@@ -23,6 +23,7 @@ class Column:
     priority: int = 0  # 0: always shown; higher numbers are left out first when the table is too wide
     numeric: bool = False  # right-aligned, never cut (its width is its widest value)
     min_width: int = 8  # the narrowest a text column folds to
+    max_lines: int | None = None  # a droppable column whose cells would fold to more lines is left out instead
 
 
 def terminal_width() -> int:
@@ -105,7 +106,18 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
         if not droppable:
             break
         shown.remove(max(droppable, key=lambda i: (columns[i].priority, i)))
-    room = width - overhead(shown)
+    while True:
+        widths = _shrink(columns, natural, least, shown, width - overhead(shown))
+        tall = [i for i in shown if columns[i].max_lines and columns[i].priority > 0 and any(
+            len(wrap_cell(c, widths[i]).splitlines()) > (columns[i].max_lines or 0) for c in cells[i])]
+        if not tall:
+            return widths
+        # rows stay short: the least important column goes (the tall one's room grows), as when too wide
+        shown.remove(max((i for i in shown if columns[i].priority > 0), key=lambda i: (columns[i].priority, i)))
+
+
+def _shrink(columns: Sequence[Column], natural: list[int], least: list[int], shown: list[int],
+            room: int) -> dict[int, int]:
     widths = {i: natural[i] for i in shown}
     excess = sum(widths.values()) - room
     shrinkable = [i for i in shown if natural[i] > least[i]]

@@ -101,15 +101,18 @@ def cancel_lium(rows: Sequence[Any], dry: bool, purge: bool = False) -> int:
             print(f"trainstack cancel: {r.run_id}: {why}", file=sys.stderr)
             code = 2
             continue
-        print(f"cancel {r.run_id}{' and delete its volume' if purge else ''} (Lium commander {client.url})",
-              file=sys.stderr)
+        what = f"the Lium commander at {client.url} to stop it{' and delete its volume' if purge else ''}"
         if dry:
+            print(f"trainstack cancel: {r.run_id}: would ask {what} (--dry: nothing sent)", file=sys.stderr)
             continue
         try:
             client.post(f"/v1/runs/{r.run_id}/cancel" + ("?purge=true" if purge else ""))
         except CommanderError as ex:
             print(f"trainstack cancel: {r.run_id}: {ex.detail}", file=sys.stderr)
             code = 1
+            continue
+        print(f"trainstack cancel: {r.run_id}: asked {what}: its trainer saves a final checkpoint, then the pod is "
+              "removed (`trainstack status` shows when it has ended)", file=sys.stderr)
     return code
 
 
