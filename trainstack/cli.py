@@ -83,7 +83,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     from trainstack.diff import run_diff
 
     return run_diff(ns.a, ns.b, runs_root=ns.runs_root, config_dir=ns.config_dir,
-                    against_defaults=ns.against_defaults, as_json=ns.json)
+                    against_defaults=ns.against_defaults, as_json=ns.json, paths=ns.paths)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
@@ -103,6 +103,8 @@ def add_diff_compare(sub) -> None:
     p.add_argument("--against-defaults", action="store_true",
                    help="compare A with its experiment's base (experiment=E alone), else with the default config")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--paths", action="store_true",
+                   help="also the paths under each run's own directory (--save, --load), which always differ")
     p.set_defaults(func=cmd_diff)
     p = sub.add_parser("compare", help="one table of runs: varying config keys, status, metrics; plot/CSV/JSON")
     p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run ids or run dirs")
