@@ -293,7 +293,8 @@ def _fetching(key: str, what: str) -> Iterator[None]:
         first = (str(ex).strip().splitlines() or [""])[0][:300]
         raise ConfigErrors([ConfigError(key, f"downloading {what} failed ({type(ex).__name__}: {first})",
                                         "check the network, HF_ENDPOINT and HF_TOKEN, then launch again: the "
-                                        "partial download is kept and resumed", value=what)]) from None
+                                        "partial download is kept and resumed", value=what,
+                                        outside="getting the run's inputs")]) from None
 
 
 def _model_entry(src: ModelSource, sha: str) -> cache.Entry:
