@@ -96,7 +96,8 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "args.save_interval=10": (0, lambda out, cwd: "(finished, exit code 0)" in out and re.search(  # the head's phase
         r"trainstack: starting a Ray head at http://127.0.0.1:\d+ .*: done in [\d.]+ s", out) is not None),
     # README, docs/http_env.md
-    "python run.py experiment=cpu-agentic env.num_rollout=5": (0, "(finished, exit code 0)"),
+    "python run.py experiment=cpu-agentic env.num_rollout=5": (0, lambda out, cwd: "(finished, exit code 0)" in out and (
+        len(re.findall(r"loss [+-]\d\.\de-\d+  gnorm \d", out)) == 5) and "loss +0.0000" not in out),  # GRPO's ~0 loss
     "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5": (0, "(finished, exit code 0)"),
     "trainstack env list": (0, "chain_sum"),
     "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
