@@ -247,9 +247,9 @@ def cmd_commander(ns: argparse.Namespace) -> int:
     from trainstack.commander.server import serve, stop_local
 
     if ns.commander_command == "stop":
-        from trainstack.launch.lium import STATE_DIR
+        from trainstack.launch.lium_commander import state_dir
 
-        return stop_local(STATE_DIR)
+        return stop_local(state_dir())
     return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
                  worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
                  start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,
@@ -280,7 +280,8 @@ def add_commander(sub) -> None:
     s.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="exit once no run is active for this long (what a launch-started commander does)")
     s.set_defaults(func=cmd_commander)
-    s = csub.add_parser("stop", help="stop the commander a launch started on this host (~/.trainstack/commander.pid)")
+    s = csub.add_parser("stop", help="stop the commander a launch started on this host (its state dir: "
+                        "$TRAINSTACK_HOME, default ~/.trainstack)")
     s.set_defaults(func=cmd_commander)
 # --- end commander ---------------------------------------------------------------------------
 

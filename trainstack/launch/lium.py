@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from trainstack.errors import CommanderFailure, ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
 from trainstack.launch.lium_commander import (  # noqa: F401  (this module's API too)
-    LOCAL_IDLE_EXIT_S, STATE_DIR, LiumSettings, commander, start_local_commander)
+    LOCAL_IDLE_EXIT_S, LiumSettings, commander, start_local_commander, state_dir)
 from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
 from trainstack.runspec import RunSpec
 from trainstack.userconfig import run_target

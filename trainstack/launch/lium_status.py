@@ -39,9 +39,11 @@ def locate(run_id: str) -> Path | None:
     token = os.environ.get(TOKEN_ENV, "")
     if len(token) < 16 or not run_id or "/" in run_id:
         return None
-    from trainstack.launch.lium_commander import LiumSettings
+    from trainstack.launch.lium_commander import local_url
 
-    url = os.environ.get(URL_ENV) or f"http://127.0.0.1:{LiumSettings().commander_port}"
+    url = os.environ.get(URL_ENV) or local_url()
+    if not url:
+        return None
     try:
         spec = CommanderClient(url, token, timeout=3).get(f"/v1/runs/{run_id}/spec")
     except CommanderError:
@@ -117,7 +119,7 @@ def cancel_lium(rows: Sequence[Any], dry: bool, purge: bool = False) -> int:
 
 
 def _local_again(client):
-    """The commander of this host (one a launch started, state in ~/.trainstack), started again when the
+    """The commander of this host (one a launch started, state in state_dir()), started again when the
     run's commander URL is that local one; else the client unchanged (its error is the one to report)."""
     from urllib.parse import urlparse
 
