@@ -83,6 +83,8 @@ EXPECT: dict[str, tuple[int, Check]] = {
         (0, "ok  qwen3-4B-base-sft-"),
     "python run.py -m algo.lr=1e-6,2e-6 dry_run=true": (0, lambda out, cwd: "ok  tiny-grpo-arithmetic-" in out and not (
         cwd / "multirun").exists()),  # a dry sweep leaves nothing behind
+    # docs/inputs.md
+    "trainstack prepare --plan": (0, "nothing to download or convert for tiny-grpo-arithmetic-"),
     # docs/models.md
     "python -m trainstack.tools.sync_slime presets --check": (0, "generated file(s) up to date"),
     "python -m trainstack.tools.golden": (0, "golden files up to date"),
