@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from tests.fakes import write_checkpoint
 from trainstack.cli import main
 from trainstack.rundir import RunDir
@@ -224,8 +225,6 @@ def test_cancel_reports_what_it_did(tmp_path):
     import subprocess
     import sys
     import time
-
-    from conftest import ROOT
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "run_id=c1", "env.num_rollout=400",
