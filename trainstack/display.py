@@ -35,12 +35,20 @@ class _Style:
         return f"\033[{code}m{text}\033[0m" if self.on else text
 
 
-def _tree_lines(value: Any, style: _Style, width: int | None, indent: str = "") -> list[str]:
+def _tree_lines(value: Any, style: _Style, width: int | None, indent: str = "", unset: list[str] | None = None,
+                prefix: str = "") -> list[str]:
+    """The config as YAML-like lines; a null or empty leaf goes to `unset` (its dotted key) instead, when
+    given: the dry run names those once, on a line of their own."""
     lines = []
     for k, v in value.items():
+        if unset is not None and (v is None or v == {} or v == []):
+            unset.append(f"{prefix}{k}")
+            continue
         if isinstance(v, dict) and v:
-            lines.append(f"{indent}{style(str(k), '36')}:")
-            lines += _tree_lines(v, style, width, indent + "  ")
+            sub = _tree_lines(v, style, width, indent + "  ", unset, f"{prefix}{k}.")
+            if sub:
+                lines.append(f"{indent}{style(str(k), '36')}:")
+                lines += sub
         else:
             shown = v if isinstance(v, str) else json.dumps(v)
             lines += _styled_head(fold(f"{k}: {shown}", width, indent, indent + "    "), indent + str(k), style, "36")
@@ -119,7 +127,11 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
         return
     lines.append(_rule(f"resolved config: {run.run_id}", st, width))
     lines += fold(f"run dir {run.run_dir}", width, "# ", "#   ")
-    lines += _tree_lines(redact(run.config), st, width)
+    unset: list[str] = []
+    tree = _tree_lines(redact(run.config), st, width, unset=unset)
+    if unset:
+        lines += fold(f"unset (null or empty): {', '.join(unset)}", width, "# ", "#   ")
+    lines += tree
     for group in ("megatron", "sglang", "slime"):
         rows = _flag_rows(cmd, run, group)
         lines.append(_rule(f"{group} arguments ({len(rows)})", st, width))
@@ -135,8 +147,6 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
     if report is not None:
         where = "this machine" if report.runs_here else f"a {run.cluster.launcher} host"
         lines.append(_rule(f"launch (the trainer runs on {where})", st, width))
-        if report.plan:
-            lines += fold(f"run dir  {run.run_dir}: {report.plan}", width, "  ", "    ")
         if run.cluster.settings:  # the launcher's settings, defaults included (cluster.<launcher>)
             lines += fold(f"cluster.{run.cluster.launcher}  " + " ".join(
                 f"{k}={v}" for k, v in run.cluster.settings.items() if v not in (None, {}, [])), width, "  ", "    ")
