@@ -165,7 +165,7 @@ def test_paths_under_each_runs_own_dir_are_hidden_unless_asked(tmp_path, monkeyp
     assert f"~ --save {a}/checkpoints -> {b}/checkpoints" in out and "hidden" not in out
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(dest=st.sampled_from([("num_rollout", "--num-rollout"), ("eps_clip", "--eps-clip"),
                              ("rollout_batch_size", "--rollout-batch-size")]),
        ns=st.tuples(st.sampled_from(["algo", "env", "args"]), st.sampled_from(["algo", "env", "args"])),

@@ -218,6 +218,7 @@ def test_watch_shows_the_table_again_until_every_run_has_ended(tmp_path, monkeyp
     assert capsys.readouterr().out.count("trainstack status --watch: ") == 3
 
 
+@pytest.mark.slow
 def test_cancel_reports_what_it_did(tmp_path):
     """`cancel` printed `kill -TERM 331  # r1 (local)`, which reads as advice; it says what it sent and how the
     run ended."""
