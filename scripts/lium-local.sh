@@ -3,17 +3,21 @@
 #
 #   eval "$(scripts/lium-local.sh up)"   start it (installs openssh-server if missing); prints export lines
 #                                        (LIUM_BASE_URL, LIUM_API_KEY, LIUM_SSH_KEY_PATH, ...) for the real
-#                                        lium.io SDK/CLI and `python run.py cluster=lium_cpu ...`
-#   scripts/lium-local.sh status          the URL and the pods it runs
-#   scripts/lium-local.sh down            stop it (and every pod) by its pid, never by name
+#                                        lium.io SDK/CLI and `python run.py cluster=lium_cpu ...`, and
+#                                        TRAINSTACK_HOME: the commander a launch starts keeps its state there
+#   scripts/lium-local.sh status          the URL, the pods it runs, the commander started for it
+#   scripts/lium-local.sh down            stop it (and every pod) and that commander, by their pids, never by name
 #   scripts/lium-local.sh install         only install what pods need (openssh-server); CI runs this
 #
 # Pods are loopback sshd servers in their own namespaces, so this needs root. State lives in
-# $LIUM_LOCAL_ROOT (default /tmp/trainstack-lium-local). Idempotent: `up` when it is up prints the exports.
+# $LIUM_LOCAL_ROOT (default /tmp/trainstack-lium-local-<uid>-<checkout hash>: one per user and checkout, so
+# two at once on one machine never meet; every port is a free one). Idempotent: `up` when it is up prints
+# the exports.
 set -euo pipefail
 
-ROOT=${LIUM_LOCAL_ROOT:-/tmp/trainstack-lium-local}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=${LIUM_LOCAL_ROOT:-/tmp/trainstack-lium-local-$(id -u)-$(printf %s "$HERE" | cksum | cut -d' ' -f1)}
+HOME_DIR=$ROOT/commander  # TRAINSTACK_HOME of the launches in the shell that evaluated `up`
 PY=${PYTHON:-$HERE/.venv/bin/python}
 [[ -x $PY ]] || PY=python3
 INFO=$ROOT/fake.json
@@ -43,11 +47,11 @@ alive() {
 }
 
 exports() {
-  "$PY" - "$INFO" <<'PY'
+  "$PY" - "$INFO" "$HOME_DIR" <<'PY'
 import json, shlex, sys
 info = json.load(open(sys.argv[1]))
 env = {"LIUM_BASE_URL": info["url"], "LIUM_API_KEY": info["api_key"], "LIUM_SSH_KEY_PATH": info["ssh_key"],
-       "LIUM_TELEMETRY": "0", "LIUM_SSH_PERSIST": "0", "LIUM_NONINTERACTIVE": "1"}
+       "LIUM_TELEMETRY": "0", "LIUM_SSH_PERSIST": "0", "LIUM_NONINTERACTIVE": "1", "TRAINSTACK_HOME": sys.argv[2]}
 print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items()))
 PY
 }
@@ -71,8 +75,14 @@ up() {
   exports
 }
 
+stop_commander() {  # the commander a launch started for this fake (it would poll a Lium that is gone)
+  [[ -s $HOME_DIR/commander.pid ]] || return 0
+  TRAINSTACK_HOME=$HOME_DIR PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m trainstack commander stop || true
+}
+
 down() {
   local pid
+  stop_commander
   if ! alive; then rm -f "$PIDFILE" "$INFO"; say "not running"; return 0; fi
   pid=$(cat "$PIDFILE")
   kill -TERM "$pid" 2>/dev/null || true
@@ -84,14 +94,20 @@ down() {
 
 status() {
   if alive && [[ -s $INFO ]]; then
-    "$PY" - "$INFO" <<'PY'
-import json, sys, urllib.request
+    "$PY" - "$INFO" "$HOME_DIR" <<'PY'
+import json, os, sys, urllib.request
 info = json.load(open(sys.argv[1]))
 req = urllib.request.Request(info["url"] + "/_fake/state", headers={"X-API-KEY": info["api_key"]})
 state = json.load(urllib.request.urlopen(req, timeout=5))
 print(f"fake Lium at {info['url']}: {len(state['pods'])} pod(s), {len(state['volumes'])} volume(s)")
 for p in state["pods"]:
     print(f"  {p['id']}  {p['pod_name']}  {p['status']}  port {p['port']}")
+try:
+    cmd = json.load(open(os.path.join(sys.argv[2], "commander.json")))
+    os.kill(cmd["pid"], 0)
+    print(f"commander at {cmd['url']} (pid {cmd['pid']}, state in {sys.argv[2]})")
+except (OSError, ValueError, KeyError):
+    print(f"no commander started for it yet (a launch starts one, state in {sys.argv[2]})")
 PY
   else
     say "not running"; return 1

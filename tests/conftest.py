@@ -125,9 +125,11 @@ def xdist_group_of(item: pytest.Item) -> str | None:
         return "lium"
     params = item.callspec.params if hasattr(item, "callspec") else {}
     if path.name == "test_docs_examples.py" and "doc" in params:
+        if getattr(item, "originalname", "") == "test_a_doc_can_follow_the_readme":
+            return "docs-README.md"  # in the README's walk directory, after its commands
         if params.get("cmd") in getattr(item.module, "INDEPENDENT", ()):  # type: ignore[attr-defined]
             return None
-        return "docs"  # README and docs are walked in one directory: one worker, in reading order
+        return f"docs-{params['doc']}"  # each doc walked alone, in its own directory: one worker, in order
     return XDIST_FILE_GROUPS.get(path.name)
 
 
@@ -145,6 +147,8 @@ LONG_GROUPS = ("lium", "docs", "slurm", "soak", "ray")  # the minutes-long share
 def _schedule_rank(item: pytest.Item) -> tuple[int, int]:
     marker = item.get_closest_marker("xdist_group")  # set by pytest_itemcollected
     group = marker.args[0] if marker and marker.args else None
+    if group is not None and group.startswith("docs-"):
+        group = "docs"
     if group in LONG_GROUPS:
         return 0, LONG_GROUPS.index(group)
     return (1, 0) if item.get_closest_marker("slow") else (2, 0)

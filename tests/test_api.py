@@ -71,7 +71,7 @@ def test_opened_runs_and_diff_sides(tmp_path, monkeypatch):
         trainstack.Run.open("no-such-run")
     assert err.value.errors[0].key == "no-such-run"
     d = trainstack.diff_runs("default", ["algo.lr=2e-6"])
-    assert not d.equal and [c["key"] for c in d.config["added"]] == ["algo.lr"] and "--lr 0.001 -> 2e-06" in d.text
+    assert not d.equal and [c["key"] for c in d.config["changed"]] == ["algo.lr"] and "--lr 0.001 -> 2e-06" in d.text
     assert trainstack.diff_runs(["env.num_rollout=4"], "env.num_rollout=4").equal
     with pytest.raises(trainstack.ConfigErrors) as err:
         trainstack.diff_runs("nope-1", "nope-2")

@@ -3,6 +3,7 @@ auth on every endpoint, per-run leases fenced by epoch, state that survives SIGK
 reconciler (rent with idempotency keys, replace, restart limit, cancel) leaving no pod behind."""
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -393,9 +394,11 @@ def test_the_commander_a_launch_starts_is_told_to_exit_when_idle(tmp_path, monke
     class Proc:
         pid = 4242
 
-    monkeypatch.setattr(lium, "STATE_DIR", tmp_path)
+    monkeypatch.setenv("TRAINSTACK_HOME", str(tmp_path))
     monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv) or Proc())
     lium.start_local_commander(8781, None)
     [argv] = started
     assert argv[argv.index("--exit-when-idle") + 1] == str(lium.LOCAL_IDLE_EXIT_S)
     assert (tmp_path / "commander.pid").read_text() == "4242"
+    assert json.loads((tmp_path / "commander.json").read_text()) == {"url": "http://127.0.0.1:8781", "pid": 4242,
+                                                                     "port": 8781}

@@ -220,7 +220,7 @@ def test_docs_walkthrough_runs_for_real(tmp_path):
             assert len(rows) == 2 and all(r["status"] == "finished" for r in rows)
             assert all(r["metrics"]["rollout/raw_reward"]["final"] is not None for r in rows)
             subs = {"RUN_A": rows[0]["run_id"], "RUN_B": rows[1]["run_id"]}
-            doc_ids = set(re.findall(r"\btiny-grpo-arithmetic-[0-9a-f]{8}\b", (ROOT / "docs" / "compare.md").read_text()))
+            doc_ids = set(re.findall(r"\blr-compare-[0-9a-f]{8}\b", (ROOT / "docs" / "compare.md").read_text()))
             assert doc_ids == {r["run_id"] for r in rows}, doc_ids  # the doc shows the ids this sweep makes
         if argv[3:4] == ["diff"]:
             assert p.returncode == 1 and "algo.lr" in p.stdout

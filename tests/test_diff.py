@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tests.fakes import write_run_dir
 from trainstack.cli import main
@@ -36,7 +37,7 @@ def test_composed_specs_changed_added_and_argv_groups():
     code, out, _ = cli("diff", EXP, f"experiment={EXP} algo.lr=2e-6 args.sglang_mem_fraction_static=0.5")
     assert code == 1
     assert f"~ algo.lr: 1e-06 -> 2e-06   [conf/experiment/{EXP}.yaml -> command line `algo.lr=2e-6`]" in out
-    assert "+ args.sglang_mem_fraction_static: 0.5" in out
+    assert "~ args.sglang_mem_fraction_static: 0.7 -> 0.5" in out  # the value that won, as the argv says
     meg = out.split("megatron argv:")[1].split("argv:")[0]
     assert "~ --lr 1e-06 -> 2e-06" in meg
     assert "~ --sglang-mem-fraction-static 0.7 -> 0.5" in out.split("sglang argv:")[1]
@@ -139,3 +140,48 @@ def test_console_script_exit_codes(tmp_path):
     assert run(EXP, f"experiment={EXP} algo.lr=5e-6").returncode == 1
     p = run("no-such-run", EXP)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "no-such-run" in p.stderr
+
+
+def test_config_and_argv_say_the_same_change(tmp_path, monkeypatch):
+    """The config part showed `env.num_rollout: 350 -> 300` while the argv part said `--num-rollout 350 -> 4`
+    (B set it as args.num_rollout=4): a dest is compared by the value that won, as the argv renders it."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = cli("diff", "env.num_rollout=350", "args.num_rollout=4")
+    assert code == 1
+    assert "~ args.num_rollout: 350 -> 4" in out and "~ --num-rollout 350 -> 4" in out
+    assert "env.num_rollout: " not in out and "+ args.num_rollout" not in out  # not `350 -> 300` and an added 4
+    assert max(len(ln) for ln in out.splitlines()) <= 80, out  # it was ~300 columns
+
+
+def test_paths_under_each_runs_own_dir_are_hidden_unless_asked(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    a, _ = write_run_dir(runs, [f"experiment={EXP}", "run_id=own-a"], CURVE)
+    b, _ = write_run_dir(runs, [f"experiment={EXP}", "run_id=own-b", "algo.lr=2e-6"], CURVE)
+    code, out, _ = cli("diff", str(a), str(b))
+    assert code == 1 and "--save" not in out.replace("(2 hidden: --save, --load", "") and "--lr" in out
+    assert "(2 hidden: --save, --load name each run's own directory, which always differs; --paths shows them)" in \
+        " ".join(out.split())
+    code, out, _ = cli("diff", str(a), str(b), "--paths")
+    assert f"~ --save {a}/checkpoints -> {b}/checkpoints" in out and "hidden" not in out
+
+
+@settings(max_examples=6, deadline=None)
+@given(dest=st.sampled_from([("num_rollout", "--num-rollout"), ("eps_clip", "--eps-clip"),
+                             ("rollout_batch_size", "--rollout-batch-size")]),
+       ns=st.tuples(st.sampled_from(["algo", "env", "args"]), st.sampled_from(["algo", "env", "args"])),
+       values=st.tuples(st.integers(1, 9), st.integers(1, 9)))
+def test_a_dest_set_under_any_namespace_is_one_change(dest, ns, values):
+    """Over the class: a dest set under any namespace on either side is one config entry whose values are the
+    argv's (the class of the reported num_rollout case)."""
+    from trainstack.diff import compose_side, diff_sides
+
+    name, flag = dest
+    va, vb = (v * 8 for v in values) if name != "eps_clip" else (v / 10 for v in values)
+    d = diff_sides(compose_side([f"{ns[0]}.{name}={va}"], "a", None), compose_side([f"{ns[1]}.{name}={vb}"], "b", None))
+    mine = [c for c in d["config"]["changed"] if c["key"].endswith(f".{name}")]
+    argv = [e for g in d["argv"].values() for e in g["changed"] if e["flag"] == flag]
+    if va == vb:
+        assert not mine and not argv
+    else:
+        assert [(c["a"], c["b"]) for c in mine] == [(va, vb)] and mine[0]["key"] == f"{ns[1]}.{name}"
+        assert [(float(e["a"]), float(e["b"])) for e in argv] == [(float(va), float(vb))]

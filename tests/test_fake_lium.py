@@ -230,6 +230,53 @@ def test_lium_local_script_up_status_down(tmp_path):
     assert not (tmp_path / "ll" / "fake.json").exists()
 
 
+def test_two_local_fakes_and_their_commanders_at_once(tmp_path):
+    """Two checkouts (or users) on one machine, each with its own fake Lium and the commander a launch starts:
+    every port a free one, every state dir its own (it was port 8780, ~/.trainstack and /tmp/trainstack-lium-local
+    for everyone: the second commander's token was refused and status lied); `down` stops the commander too (it
+    polled the gone fake for minutes)."""
+    import sys
+
+    skip_without_pods()
+    script = str(ROOT / "scripts" / "lium-local.sh")
+    start = ("from trainstack.launch.lium_commander import LiumSettings, commander\n"
+             "print(commander(LiumSettings()).url)")
+    sides = {}
+    try:
+        for name in ("a", "b"):
+            env = {**os.environ, "LIUM_LOCAL_ROOT": str(tmp_path / name), "PYTHONPATH": str(ROOT),
+                   "TRAINSTACK_COMMANDER_TOKEN": f"token-of-{name}-0123456789abcdef"}
+            env.pop("TRAINSTACK_COMMANDER_URL", None)
+            up = subprocess.run([script, "up"], env=env, capture_output=True, text=True, timeout=60)
+            assert up.returncode == 0, up.stderr
+            env.update(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+            assert env["TRAINSTACK_HOME"] == str(tmp_path / name / "commander")
+            cmd = subprocess.run([sys.executable, "-c", start], env=env, capture_output=True, text=True, timeout=60)
+            assert cmd.returncode == 0, cmd.stderr
+            sides[name] = (env, cmd.stdout.strip())
+        (env_a, url_a), (env_b, url_b) = sides["a"], sides["b"]
+        assert env_a["LIUM_BASE_URL"] != env_b["LIUM_BASE_URL"] and url_a != url_b and ":8780" not in url_a + url_b
+        again = subprocess.run([sys.executable, "-c", start], env=env_a, capture_output=True, text=True, timeout=60)
+        assert again.stdout.strip() == url_a  # a second launch finds its state dir's commander
+        from trainstack.commander.client import CommanderClient, CommanderError
+
+        with pytest.raises(CommanderError):  # each answers its own token only
+            CommanderClient(url_b, env_a["TRAINSTACK_COMMANDER_TOKEN"]).get("/v1/runs")
+        st = subprocess.run([script, "status"], env=env_a, capture_output=True, text=True, timeout=30)
+        assert f"commander at {url_a}" in st.stdout, st.stdout + st.stderr
+        pid_a = json.loads((tmp_path / "a" / "commander" / "commander.json").read_text())["pid"]
+        down = subprocess.run([script, "down"], env=env_a, capture_output=True, text=True, timeout=60)
+        assert down.returncode == 0 and f"stopped pid {pid_a}" in down.stderr, down.stderr
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pid_a}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(f"/proc/{pid_a}").exists()
+        assert CommanderClient(url_b, env_b["TRAINSTACK_COMMANDER_TOKEN"]).get("/v1/runs") is not None  # b: untouched
+    finally:
+        for env, _ in sides.values():
+            subprocess.run([script, "down"], env=env, capture_output=True, text=True, timeout=60)
+
+
 def test_an_image_rent_makes_a_one_time_template_deleted_with_its_pod(fake_lium):
     """`lium.up(image=...)` as lium.io 0.32 sends it: `POST /templates` (private, one-time, port 22), then the
     rent names that template. Before, the fake had no `POST /templates` and every `image=` rent failed."""

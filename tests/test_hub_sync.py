@@ -349,7 +349,9 @@ def test_hub_ls_and_pull_an_older_checkpoint(fake_hub, tmp_path, capsys):
     assert cli.main(["hub", "pull", "r", "--repo-id", REPO, "--iter", "1", "--to", str(tmp_path / "old")]) == 0
     assert {rel: (tmp_path / "old" / rel).read_bytes() for rel in written[1]} == written[1]
     assert (tmp_path / "old" / "latest_checkpointed_iteration.txt").read_text() == "1"
-    assert "pulled iter_0000001" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "pulled iter_0000001" in out and "relaunch of the run resumes" not in out  # --to: not the run's dir
+    assert f"tracker  -> 1: {tmp_path / 'old'} is a complete checkpoint directory" in out
     assert cli.main(["hub", "pull", "r", "--repo-id", REPO, "--iter", "2", "--to", str(tmp_path / "x")]) == 2
     assert "no pushed iter_0000002" in capsys.readouterr().err
     assert cli.main(["hub", "ls", "r"]) == 2  # no run dir, no --repo-id: which repo?

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from conftest import ROOT, run_py
 
 MODEL = "tiny-org/tiny-char"
@@ -297,8 +298,32 @@ def test_a_failed_download_is_one_clear_error_and_resumes(hub_inputs, tmp_path):
     r = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "error: model.meta.hf_repo: downloading " + f"{MODEL}@{sha} failed" in r.stderr and "Traceback" not in r.stderr
+    assert "\ntrainstack: 1 problem getting the run's inputs (the run config is fine); nothing was launched.\n" in \
+        r.stderr  # a network error once read "1 problem in the run config"
     assert not os.path.lexists(tmp_path / "models" / "tiny-char")
     hub.clear_faults()
     again = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert downloads(hub, "tokenizer.json") == 1  # kept from the failed attempt, not fetched again
+
+
+def test_the_default_runs_plan_says_there_is_nothing_to_prepare(tmp_path, monkeypatch, capsys):
+    """`prepare --plan` printed nothing at all for the CPU default (it names no Hub input)."""
+    from trainstack.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (["prepare", "--plan"], ["prepare"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("nothing to download or convert for tiny-grpo-arithmetic-") and \
+            "the env's data hook (trainstack.tiny.arithmetic.prepare)" in out, out
+
+
+@settings(max_examples=50, deadline=None)
+@given(outside=st.lists(st.sampled_from(["", "getting the run's inputs"]), min_size=1, max_size=4))
+def test_only_problems_of_the_config_are_called_so(outside):
+    from trainstack.errors import ConfigError, ConfigErrors
+
+    head = ConfigErrors([ConfigError("k", "p", outside=o) for o in outside]).render().splitlines()[0]
+    assert ("in the run config" in head) == ("" in outside)
+    assert ("the run config is fine" in head) == ("" not in outside)

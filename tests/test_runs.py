@@ -53,9 +53,11 @@ def test_run_directory_and_summary(tmp_path):
     assert status["state"] == "finished" and status["last_checkpoint"] == 3
     assert "rollout/raw_reward" in status["last_metrics"]
     # cwd is outside the checkout, so the rerun hint names the installed command, not `python run.py`
-    for needle in ("run dir", "reward", "resume   trainstack run ", "compare  trainstack compare r1",
+    for needle in ("run dir", "reward", "more     trainstack run ", "compare  trainstack compare r1",
                    "diff     trainstack diff r1"):
         assert needle in res.stderr, needle
+    assert "resume " not in res.stderr  # a finished run has nothing to resume (`more` continues it)
+    assert "saved iter_0000003  [100%  reward " in res.stdout and " rollouts/s  done]" in res.stdout  # progress
 
 
 def test_finished_run_is_reported_and_continuing_resumes(tmp_path):

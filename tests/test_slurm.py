@@ -68,8 +68,8 @@ DOC = {
     "up": "scripts/slurm-local.sh up",
     "status_cluster": "scripts/slurm-local.sh status",
     "down": "scripts/slurm-local.sh down",
-    "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep env.num_rollout=40 args.save_interval=1 "
-             "algo.lr=1e-3,2e-3,3e-3,4e-3",
+    "sweep": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=sweep name=slurm-lr env.num_rollout=40 "
+             "args.save_interval=1 algo.lr=1e-3,2e-3,3e-3,4e-3",
     "glob": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true 'experiment=glob(*,exclude=cpu-*)' "
             "cluster=slurm_8xh100 hydra.sweep.dir=sw",
     "gpu_dry_shared": "python run.py -m hydra/launcher=slurm hydra.launcher.dry=true experiment=qwen3-4B-grpo-dapo "
@@ -82,7 +82,7 @@ DOC = {
               "'algo.lr=interval(0.0005,0.005)' hydra.sweep.dir=opt",
     "single": "python run.py cluster.launcher=slurm run_id=slurm-demo env.num_rollout=60 args.save_interval=1",
     "held": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=held +hydra.launcher.additional_parameters.hold=true "
-            "env.num_rollout=3 algo.lr=1e-3,2e-3",
+            "name=slurm-held env.num_rollout=3 algo.lr=1e-3,2e-3",
     "apart": "python run.py -m hydra/launcher=slurm hydra.launcher.shared_run_dirs=false hydra.sweep.dir=apart "
              "env.num_rollout=3 algo.lr=1e-3,2e-3",
     "compare_apart": "trainstack compare apart",
@@ -327,7 +327,7 @@ def test_sweep_wait_false_status_and_preemption_resume(tmp_path, cluster_up):
     import torch
 
     n = 40
-    common = [f"env.num_rollout={n}", "args.save_interval=1"]
+    common = ["name=slurm-lr", f"env.num_rollout={n}", "args.save_interval=1"]
     assert all(c in DOC["sweep"] for c in common)
     t0 = time.monotonic()
     r = run_doc("sweep", cwd=tmp_path)

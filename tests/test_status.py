@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from tests.fakes import write_checkpoint
 from trainstack.cli import main
 from trainstack.rundir import RunDir
@@ -145,8 +146,12 @@ def test_status_table_fits_the_terminal(sweep, capsys, monkeypatch, columns):
     left_out = hidden.group(1).split(", ") if hidden else []
     for col in ("run_id", "run", "rollouts", "reward", "ckpt", "logs"):  # shown, or named as left out
         assert re.search(rf"┃ {col}\s", header) or col in left_out, (col, out)
+    body = [ln for ln in lines if ln.startswith("│")]
+    assert len(body) <= 2 * 2, out  # a row is at most 2 lines (it folded over 4-12)
+    for col in ("started", "duration"):  # when each run started, how long it trained
+        assert re.search(rf"┃ {col}\s", header) or col in left_out, (col, out)
     if columns == 80:
-        assert left_out == ["logs"]
+        assert "logs" in left_out and "started" not in left_out
     assert main(["status", str(sw), "--wide"]) == 0
     wide = capsys.readouterr().out
     assert "logs" in wide and "trainer.log" in wide and "left out" not in wide
@@ -159,3 +164,88 @@ def test_cancel_dry_uses_job_ids_then_names(tmp_path, capsys, monkeypatch):
     assert run_cancel(["r-j", "r-n"], dry=True) == 0
     err = capsys.readouterr().err
     assert "scancel 4242" in err and "scancel --name=r-n" in err
+
+
+def test_started_and_duration_come_from_the_launches():
+    """events.jsonl: each launch or resume opens a stretch of training, its exit closes it; one killed (no
+    exit) ends at its last event; a running run's open stretch ends now."""
+    from trainstack.status_view import started_cell, timing
+
+    ev = [{"time": "2026-01-02T10:00:00+00:00", "event": "launch"},
+          {"time": "2026-01-02T10:02:00+00:00", "event": "exit"},
+          {"time": "2026-01-02T11:00:00+00:00", "event": "resume"},
+          {"time": "2026-01-02T11:00:30+00:00", "event": "hub_push"},  # then SIGKILL: no exit
+          {"time": "2026-01-02T12:00:00+00:00", "event": "resume"}]
+    import datetime as dt
+
+    now = dt.datetime(2026, 1, 2, 12, 1, tzinfo=dt.timezone.utc)
+    assert timing(ev, running=True, now=now) == ("2026-01-02T10:00:00+00:00", 120 + 30 + 60)
+    assert timing(ev, running=False, now=now)[1] == 150
+    assert timing([{"event": "launch"}], running=False) == (None, None)  # no time recorded: unknown
+    local = dt.datetime(2026, 1, 2, 10, 0, tzinfo=dt.timezone.utc).astimezone()
+    assert started_cell("2026-01-02T10:00:00+00:00", today=local.date()) == local.strftime("%H:%M")
+    assert started_cell("2026-01-02T10:00:00+00:00", today=dt.date(2027, 1, 1)) == local.strftime("%m-%d %H:%M")
+
+
+def test_compact_cells_have_a_legend_and_a_dropped_reason_is_still_said(tmp_path, capsys, monkeypatch):
+    """`e1 x0` had no legend; a Lium run's `submitted 0/6` hid its reason (another commander holds the port)
+    in a column the width left out."""
+    from trainstack.status import Row
+    from trainstack.status_view import render
+
+    rows = [Row(run_id="pod-run", run_dir=str(tmp_path), state="submitted", rollouts=0, target=6, pod="abcdef123456",
+                epoch=1, restarts=0, cost_usd=0.0042, scheduler="lium ?", job_id="abcdef12",
+                reason="commander: 401 the token is not this commander's"),
+            Row(run_id="local-run", run_dir=str(tmp_path), state="finished, resumed x1", rollouts=6, target=6)]
+    monkeypatch.setenv("COLUMNS", "80")
+    render(rows)
+    out = capsys.readouterr().out
+    assert max(len(ln) for ln in out.splitlines()) <= 80, out
+    flat = " ".join(out.split())
+    assert "pod: `POD eEPOCH xRESTARTS $COST`" in flat and "abcdef12 e1 x0" in flat and "$0.0042" in flat
+    assert "pod-run: lium ?: commander: 401 the token is not this commander's" in flat  # scheduler column left out
+    assert "-: not known yet" in flat and "rollouts: trained, or trained/asked" in flat
+
+
+def test_watch_shows_the_table_again_until_every_run_has_ended(tmp_path, monkeypatch, capsys):
+    from trainstack.status_view import watch
+
+    states = iter(["running", "running", "finished"])
+    shown: list[str] = []
+    monkeypatch.setattr("trainstack.status_view.time.sleep", lambda s: shown.append(f"sleep {s}"))
+    assert watch(lambda: shown.append(next(states)), 2.0, ended=lambda: shown[-1] == "finished") == 0
+    assert shown == ["running", "sleep 2.0", "running", "sleep 2.0", "finished"]
+    assert capsys.readouterr().out.count("trainstack status --watch: ") == 3
+
+
+@pytest.mark.slow
+def test_cancel_reports_what_it_did(tmp_path):
+    """`cancel` printed `kill -TERM 331  # r1 (local)`, which reads as advice; it says what it sent and how the
+    run ended."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "run_id=c1", "env.num_rollout=400",
+                            "args.save_interval=1000"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    log = tmp_path / "runs" / "c1" / "logs" / "trainer.log"
+    try:
+        deadline = time.monotonic() + 120
+        while not (log.is_file() and "rollout 2/" in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        dry = subprocess.run([sys.executable, "-m", "trainstack.cli", "cancel", "c1", "--dry"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True)
+        assert dry.returncode == 0 and re.search(r"c1: would send SIGTERM to its launcher \(pid \d+, local\) \(--dry",
+                                                 dry.stderr), dry.stderr
+        res = subprocess.run([sys.executable, "-m", "trainstack.cli", "cancel", "c1"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        run.wait(timeout=120)
+    assert res.returncode == 0 and "kill -TERM" not in res.stderr
+    assert re.search(r"c1: sent SIGTERM to its launcher \(pid \d+, local\); the trainer saves a final checkpoint",
+                     res.stderr), res.stderr
+    assert re.search(r"c1: interrupted after [\d.]+ s, newest checkpoint iter_\d{7}; the launch command resumes it",
+                     res.stderr), res.stderr

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from tests.fakes import write_run_dir, write_sweep
 from tests.test_diff import cli
 from tests.test_status import make_run
-from trainstack.tables import SOFT_BREAK, wrap_cell
+from trainstack.tables import SOFT_BREAK, SOFT_CHARS, wrap_cell
 
 SLURM_SWEEP = [("1e-06", 1), ("3e-06", 2), ("1e-05", 4)]
 
@@ -106,3 +106,37 @@ def test_compare_reads_the_state_status_reads(tmp_path, monkeypatch, capsys):
     (row,) = fill(collect([str(d)], str(tmp_path / "runs")))
     (rec,) = compare.collect([str(d)], None, tmp_path / "runs")
     assert row.state == rec.state == "finished" and rec.rollouts() == row.rollouts == 6
+
+
+PATHISH = st.lists(st.text(alphabet="abc/._-", min_size=1, max_size=30), min_size=1, max_size=6).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=PATHISH, width=st.integers(12, 60), indent=st.integers(0, 6))
+def test_folded_text_breaks_a_word_only_after_a_soft_break(text, width, indent):
+    """The dry run's free text (summary, tree, notes) and flag cells: a word longer than a line (a path) is
+    folded after `/`, `.`, `-`, `_`, never inside a part that fits a line; no line is wider; nothing is lost."""
+    from trainstack.tables import fold
+
+    lines = fold(text, width, " " * indent, " " * (indent + 2))
+    assert all(len(ln) <= width for ln in lines), lines
+    assert re.sub(r"\s+", "", "".join(lines)) == re.sub(r"\s+", "", text)
+    where = [i for i, ch in enumerate(text) if not ch.isspace()]  # the text's index of each printed character
+    room = width - indent - 2
+    seen = 0
+    for ln in lines[:-1]:
+        seen += len(ln.replace(" ", ""))
+        end = where[seen - 1]
+        if end + 1 < len(text) and not text[end + 1].isspace():  # folded inside a word
+            word_start = text.rfind(" ", 0, end) + 1
+            part = next(p for p in _spans(text[word_start:].split(" ")[0], word_start) if p[0] <= end < p[1])
+            assert text[end] in SOFT_CHARS or part[1] - part[0] > room, (text, lines)
+
+
+def _spans(word: str, start: int) -> list[tuple[int, int]]:
+    out, at = [], start
+    for p in SOFT_BREAK.split(word):
+        if p:
+            out.append((at, at + len(p)))
+            at += len(p)
+    return out

@@ -61,7 +61,7 @@ class DryRun:
     @property
     def verdict(self) -> str:
         """The dry run's last line."""
-        from trainstack.display import verdict_line
+        from trainstack.dry_head import verdict_line
 
         return verdict_line(self.run_id, self.launcher)
 

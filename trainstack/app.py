@@ -28,13 +28,14 @@ def main() -> Any:
     --config-dir), then run_app builds, checks and launches."""
     import hydra
 
-    from trainstack.help_page import print_if_asked
+    from trainstack.help_page import print_if_asked, register_prog
     from trainstack.hydra_errors import guard
     from trainstack.resolve import PRIMARY_CONFIG
 
     if print_if_asked(sys.argv[1:], CONF_DIR):  # the help page without composing (trainstack/help_page.py)
         return None
     prepare_argv()
+    register_prog()
     guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
     app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
     try:
@@ -83,7 +84,9 @@ def run_app(cfg: Any) -> Any:
         if sweep:
             display.print_sweep_line(run, cmd)
         else:
-            display.print_dry_run(run, cmd, report=report)
+            from trainstack.dry_head import SHORT
+
+            display.print_dry_run(run, cmd, report=report, short=cfg.dry_run == SHORT)
         if cfg.output:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         if sweep:  # the sweeper's answer for this point (sweep_result.py): checked, nothing launched

@@ -87,7 +87,7 @@ def cmd_diff(ns: argparse.Namespace) -> int:
     from trainstack.diff import run_diff
 
     return run_diff(ns.a, ns.b, runs_root=ns.runs_root, config_dir=ns.config_dir,
-                    against_defaults=ns.against_defaults, as_json=ns.json)
+                    against_defaults=ns.against_defaults, as_json=ns.json, paths=ns.paths)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
@@ -107,6 +107,8 @@ def add_diff_compare(sub) -> None:
     p.add_argument("--against-defaults", action="store_true",
                    help="compare A with its experiment's base (experiment=E alone), else with the default config")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--paths", action="store_true",
+                   help="also the paths under each run's own directory (--save, --load), which always differ")
     p.set_defaults(func=cmd_diff)
     p = sub.add_parser("compare", help="one table of runs: varying config keys, status, metrics; plot/CSV/JSON")
     p.add_argument("targets", nargs="*", help="a multirun/<sweep> dir (sweep.json), run ids or run dirs")
@@ -133,7 +135,7 @@ def add_diff_compare(sub) -> None:
 def cmd_status(ns: argparse.Namespace) -> int:
     from trainstack.status import run_status
 
-    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json, wide=ns.wide)
+    return run_status(ns.targets, runs_root=ns.runs_root, as_json=ns.json, wide=ns.wide, watch=ns.watch)
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:
@@ -167,6 +169,8 @@ def add_status_cancel(sub) -> None:
     p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--wide", action="store_true", help="every column, whatever the terminal width")
+    p.add_argument("--watch", "-w", nargs="?", type=float, const=5.0, metavar="SECONDS",
+                   help="show it again every SECONDS (default 5) until every run has ended or Ctrl-C")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("cancel", help="stop the runs of a sweep or of runs (each run's launcher: scancel for SLURM, "
                        "the commander for Lium, the launching process here)")
@@ -247,9 +251,9 @@ def cmd_commander(ns: argparse.Namespace) -> int:
     from trainstack.commander.server import serve, stop_local
 
     if ns.commander_command == "stop":
-        from trainstack.launch.lium import STATE_DIR
+        from trainstack.launch.lium_commander import state_dir
 
-        return stop_local(STATE_DIR)
+        return stop_local(state_dir())
     return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
                  worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
                  start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,
@@ -280,7 +284,8 @@ def add_commander(sub) -> None:
     s.add_argument("--exit-when-idle", type=float, metavar="SECONDS",
                    help="exit once no run is active for this long (what a launch-started commander does)")
     s.set_defaults(func=cmd_commander)
-    s = csub.add_parser("stop", help="stop the commander a launch started on this host (~/.trainstack/commander.pid)")
+    s = csub.add_parser("stop", help="stop the commander a launch started on this host (its state dir: "
+                        "$TRAINSTACK_HOME, default ~/.trainstack)")
     s.set_defaults(func=cmd_commander)
 # --- end commander ---------------------------------------------------------------------------
 
@@ -294,12 +299,26 @@ class _Parser(argparse.ArgumentParser):
         super().error(redact_text(message))
 
 
+class _TopParser(_Parser):
+    """`trainstack --help`: the commands grouped, with examples (trainstack/cli_help.py)."""
+
+    def format_help(self) -> str:
+        import shutil
+
+        from trainstack.cli_help import top_help
+
+        return top_help(self, min(shutil.get_terminal_size().columns, 100))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="trainstack", description=__doc__)
+    parser = _TopParser(prog="trainstack", usage="trainstack [-h] [--version] COMMAND ...", add_help=False,
+                        description="Compose, check, launch and follow slime RL runs (`trainstack run` is "
+                                    "`python run.py`). A command's own options: trainstack COMMAND --help.")
     from trainstack.version import VersionAction
 
+    parser.add_argument("-h", "--help", action="help", help="this page; `trainstack COMMAND --help`: a command's own")
     parser.add_argument("--version", action=VersionAction, help="the version and the slime commit it renders for")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("run", help="compose, validate and launch a run: the same as `python run.py ...` "
                    "(Hydra overrides, -m for sweeps, --help for its own help)", add_help=False)
     p = sub.add_parser("render", help="print the rendered slime command as JSON (or shell/lines)")

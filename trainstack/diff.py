@@ -52,6 +52,8 @@ class Side:
     groups: dict[str, list[str]] = field(default_factory=dict)  # megatron/sglang/slime -> argv tokens
     arg_sources: dict[str, str] = field(default_factory=dict)  # dest -> source
     choices: dict[str, Any] = field(default_factory=dict)
+    layer_of: dict[str, str] = field(default_factory=dict)  # dest -> the namespace that set it (model/algo/env/args)
+    run_dir: str = ""  # the side's own run directory (its --save/--load live under it)
 
     def source(self, dotted: str) -> str:
         return self.sources.get(dotted, "")
@@ -124,15 +126,26 @@ def load_run_dir(path: Path, spec: str, conf_dir: Path) -> Side:
         else:
             sources[key] = origin.source_of(key) if choices or overrides else ""
     groups = command.get("groups") or {}
+    args = rd.read(layout.ARGS, {}) or {}
+    won = args if isinstance(args, dict) else {}
+    layer_of = {dest: _winning_layer(config, dest, won.get(dest)) for dest in _dests(config)}
     return Side(spec=spec, kind="run", label=f"{path} (run dir)", config=config, sources=sources,
-                groups={g: list(groups.get(g) or []) for g in GROUPS}, arg_sources=dict(provenance), choices=choices)
+                groups={g: list(groups.get(g) or []) for g in GROUPS}, arg_sources=dict(provenance), choices=choices,
+                layer_of=layer_of, run_dir=str(path.resolve()))
 
 
-def _winning_layer(config: dict, dest: str) -> str:
-    for ns in ("args", "env", "algo", "model"):
-        if isinstance(config.get(ns), dict) and dest in config[ns]:
-            return ns
-    return ""
+def _winning_layer(config: dict, dest: str, value: Any = None) -> str:
+    """The namespace whose `dest` won: the one holding the value that won (args.json), else by the order
+    args > env > algo > model."""
+    holders = [ns for ns in DEST_LAYERS if isinstance(config.get(ns), dict) and dest in config[ns]]
+    return next((ns for ns in holders if config[ns][dest] == value), holders[0] if holders else "")
+
+
+DEST_LAYERS = ("args", "env", "algo", "model")  # the config's namespaces of slime dests
+
+
+def _dests(config: dict) -> set[str]:
+    return {d for ns in DEST_LAYERS if isinstance(config.get(ns), dict) for d in config[ns] if d != "meta"}
 
 
 def compose_side(overrides: list[str], spec: str, conf_dir: str | None, label: str | None = None) -> Side:
@@ -148,7 +161,8 @@ def compose_side(overrides: list[str], spec: str, conf_dir: str | None, label: s
     shown = " ".join(overrides) or "(no overrides: python run.py)"
     return Side(spec=spec, kind="composed", label=label or f"{shown} (composed)", config=config, sources=sources,
                 groups={g: list(cmd.groups.get(g) or []) for g in GROUPS}, arg_sources=dict(run.provenance),
-                choices=dict(run.origin.choices))
+                choices=dict(run.origin.choices),
+                layer_of={d: run.layer_of[d] for d in _dests(config) if d in run.layer_of}, run_dir=run.run_dir)
 
 
 def load_spec(spec: str, runs_root: str | Path = "runs", config_dir: str | None = None) -> Side:
@@ -196,18 +210,63 @@ def base_side(side: Side, config_dir: str | None) -> Side:
 
 
 # -- the diff ------------------------------------------------------------------------------------
-def diff_sides(a: Side, b: Side) -> dict[str, Any]:
-    fa, fb = flatten(a.config), flatten(b.config)
-    changed, added, removed = [], [], []
+def _differ(x: Any, y: Any) -> bool:
+    return x != y or type(x) is not type(y) and not _num_eq(x, y)
+
+
+def effective(side: Side) -> dict[str, tuple[str, Any]]:
+    """dest -> (the key that set it, e.g. `env.num_rollout`, and the value that won): what the argv renders,
+    so the config part and the argv part say the same (an `args.num_rollout=4` beside `env.num_rollout:
+    350` is one change, 350 -> 4, not two)."""
+    return {d: (f"{ns}.{d}", (side.config.get(ns) or {}).get(d)) for d, ns in side.layer_of.items() if ns}
+
+
+def own_path(value: Any, side: Side) -> str | None:
+    """`value` with the side's own run directory taken out (`<run dir>/checkpoints`), or None when it names
+    no path under it: such paths differ between any two runs and say nothing."""
+    if not side.run_dir or not isinstance(value, str):
+        return None
+    parts = [p for p in value.split(" ; ")]
+    if not all(p == side.run_dir or p.startswith(side.run_dir.rstrip("/") + "/") for p in parts):
+        return None
+    return " ; ".join("<run dir>" + p[len(side.run_dir.rstrip("/")):] for p in parts)
+
+
+def diff_sides(a: Side, b: Side, hide_own: bool = True) -> dict[str, Any]:
+    """Config (slime dests by the value that won, other keys as the tree has them) and argv by group; with
+    `hide_own`, a path under each side's own run directory that differs only by that directory (--save,
+    --load) is named in "own_run_dir" instead (`trainstack diff --paths` shows them)."""
+    fa = {k: v for k, v in flatten(a.config).items() if not _is_dest_key(k)}
+    fb = {k: v for k, v in flatten(b.config).items() if not _is_dest_key(k)}
+    changed, added, removed, own = [], [], [], []
+    ea, eb = effective(a), effective(b)
+    for dest in sorted(set(ea) | set(eb), key=lambda d: (eb.get(d) or ea[d])[0]):
+        if dest in ea and dest in eb:
+            (ka, va), (kb, vb) = ea[dest], eb[dest]
+            if not _differ(va, vb):
+                continue
+            if hide_own and own_path(va, a) is not None and own_path(va, a) == own_path(vb, b):
+                own.append(kb)
+                continue
+            changed.append({"key": kb, "a": va, "b": vb, "source_a": a.arg_sources.get(dest) or a.source(ka),
+                            "source_b": b.arg_sources.get(dest) or b.source(kb)})
+        elif dest in eb:
+            added.append({"key": eb[dest][0], "b": eb[dest][1], "source_b": b.arg_sources.get(dest) or b.source(
+                eb[dest][0])})
+        else:
+            removed.append({"key": ea[dest][0], "a": ea[dest][1], "source_a": a.arg_sources.get(dest) or a.source(
+                ea[dest][0])})
     for key in sorted(set(fa) | set(fb)):
         if key in fa and key in fb:
-            if fa[key] != fb[key] or type(fa[key]) is not type(fb[key]) and not _num_eq(fa[key], fb[key]):
+            if _differ(fa[key], fb[key]):
                 changed.append({"key": key, "a": fa[key], "b": fb[key], "source_a": a.source(key),
                                 "source_b": b.source(key)})
         elif key in fb:
             added.append({"key": key, "b": fb[key], "source_b": b.source(key)})
         else:
             removed.append({"key": key, "a": fa[key], "source_a": a.source(key)})
+    for part in (changed, added, removed):
+        part.sort(key=lambda d: d["key"])
     argv: dict[str, Any] = {}
     for g in GROUPS:
         ga, gb = argv_flags(a.groups.get(g, [])), argv_flags(b.groups.get(g, []))
@@ -216,6 +275,9 @@ def diff_sides(a: Side, b: Side) -> dict[str, Any]:
             dest = flag_dest(flag)
             if flag in ga and flag in gb:
                 if ga[flag] != gb[flag]:
+                    if hide_own and own_path(ga[flag], a) is not None and own_path(ga[flag], a) == own_path(gb[flag], b):
+                        own.append(flag)
+                        continue
                     d["changed"].append({"flag": flag, "a": ga[flag], "b": gb[flag],
                                          "source_a": a.arg_sources.get(dest, ""), "source_b": b.arg_sources.get(dest, "")})
             elif flag in gb:
@@ -223,9 +285,17 @@ def diff_sides(a: Side, b: Side) -> dict[str, Any]:
             else:
                 d["removed"].append({"flag": flag, "a": ga[flag], "source_a": a.arg_sources.get(dest, "")})
         argv[g] = d
-    equal = not (changed or added or removed) and not any(v for d in argv.values() for v in d.values())
+    equal = not (changed or added or removed or own) and not any(v for d in argv.values() for v in d.values())
     return {"a": a.describe(), "b": b.describe(), "equal": equal,
-            "config": {"changed": changed, "added": added, "removed": removed}, "argv": argv}
+            "config": {"changed": changed, "added": added, "removed": removed}, "argv": argv,
+            "own_run_dir": list(dict.fromkeys(own))}
+
+
+def _is_dest_key(key: str) -> bool:
+    """A slime dest under model/algo/env/args (compared by the value that won: `effective`); their `meta`
+    blocks and an empty namespace (`args: {}`) are no dests and are left to the tree, or out."""
+    head, _, rest = key.partition(".")
+    return head in DEST_LAYERS and not rest.startswith("meta.") and rest != "meta"
 
 
 def _num_eq(x: Any, y: Any) -> bool:
@@ -239,20 +309,33 @@ def _fmt(v: Any) -> str:
     return json.dumps(v, default=str)
 
 
-def format_text(result: dict[str, Any]) -> str:
+def format_text(result: dict[str, Any], width: int | None = None) -> str:
+    """The diff for people: config, then argv by group, each entry `~ key: A -> B   [where each came from]`,
+    folded to `width` (the terminal's; whole lines in a pipe)."""
+    from trainstack.tables import fold
+
     lines = [f"--- A: {result['a']['label']}", f"+++ B: {result['b']['label']}"]
     if result["equal"]:
         lines.append("no differences (resolved config and slime argv are identical)")
         return "\n".join(lines) + "\n"
+
+    def entry(text: str) -> None:
+        lines.extend(fold(text, width, "  ", "      "))
+
+    def where(sa: str, sb: str) -> str:
+        src = sa if sa == sb else f"{sa or '?'} -> {sb or '?'}"
+        return f"   [{src}]" if src else ""
+
     c = result["config"]
-    lines.append(f"config: {len(c['changed'])} changed, {len(c['added'])} added, {len(c['removed'])} removed")
+    n = len(c["changed"]) + len(c["added"]) + len(c["removed"])
+    if n:
+        lines.append(f"config: {len(c['changed'])} changed, {len(c['added'])} added, {len(c['removed'])} removed")
     for d in c["changed"]:
-        src = d["source_a"] if d["source_a"] == d["source_b"] else f"{d['source_a'] or '?'} -> {d['source_b'] or '?'}"
-        lines.append(f"  ~ {d['key']}: {_fmt(d['a'])} -> {_fmt(d['b'])}" + (f"   [{src}]" if src else ""))
+        entry(f"~ {d['key']}: {_fmt(d['a'])} -> {_fmt(d['b'])}" + where(d["source_a"], d["source_b"]))
     for d in c["added"]:
-        lines.append(f"  + {d['key']}: {_fmt(d['b'])}" + (f"   [{d['source_b']}]" if d["source_b"] else ""))
+        entry(f"+ {d['key']}: {_fmt(d['b'])}" + (f"   [{d['source_b']}]" if d["source_b"] else ""))
     for d in c["removed"]:
-        lines.append(f"  - {d['key']}: {_fmt(d['a'])}" + (f"   [{d['source_a']}]" if d["source_a"] else ""))
+        entry(f"- {d['key']}: {_fmt(d['a'])}" + (f"   [{d['source_a']}]" if d["source_a"] else ""))
     for g in GROUPS:
         d = result["argv"][g]
         n = sum(len(v) for v in d.values())
@@ -260,17 +343,20 @@ def format_text(result: dict[str, Any]) -> str:
             continue
         lines.append(f"{g} argv: {len(d['changed'])} changed, {len(d['added'])} added, {len(d['removed'])} removed")
         for e in d["changed"]:
-            lines.append(f"  ~ {e['flag']} {e['a'] or '(switch)'} -> {e['b'] or '(switch)'}"
-                         + (f"   [{e['source_b']}]" if e["source_b"] else ""))
+            entry(f"~ {e['flag']} {e['a'] or '(switch)'} -> {e['b'] or '(switch)'}" + where(e["source_a"], e["source_b"]))
         for e in d["added"]:
-            lines.append(f"  + {e['flag']} {e['b']}".rstrip() + (f"   [{e['source_b']}]" if e["source_b"] else ""))
+            entry(f"+ {e['flag']} {e['b']}".rstrip() + (f"   [{e['source_b']}]" if e["source_b"] else ""))
         for e in d["removed"]:
-            lines.append(f"  - {e['flag']} {e['a']}".rstrip() + (f"   [{e['source_a']}]" if e["source_a"] else ""))
+            entry(f"- {e['flag']} {e['a']}".rstrip() + (f"   [{e['source_a']}]" if e["source_a"] else ""))
+    own = result.get("own_run_dir") or []
+    if own:
+        lines += fold(f"({len(own)} hidden: {', '.join(own)} name each run's own directory, which always differs; "
+                      "--paths shows them)", width, "", "  ")
     return "\n".join(lines) + "\n"
 
 
 def run_diff(a: str, b: str | None, runs_root: str = "runs", config_dir: str | None = None,
-             against_defaults: bool = False, as_json: bool = False, out=None) -> int:
+             against_defaults: bool = False, as_json: bool = False, out=None, paths: bool = False) -> int:
     """The `trainstack diff` command; returns the exit status (ConfigErrors propagate for exit 2)."""
     out = out or sys.stdout
     if against_defaults and b is not None:
@@ -292,9 +378,11 @@ def run_diff(a: str, b: str | None, runs_root: str = "runs", config_dir: str | N
         if errors:
             raise ConfigErrors(errors)
         side_a, side_b = sides
-    result = diff_sides(side_a, side_b)
+    result = diff_sides(side_a, side_b, hide_own=not paths)
     if as_json:
         out.write(json.dumps(result, indent=2, default=str) + "\n")
     else:
-        out.write(format_text(result))
+        from trainstack.tables import output_width
+
+        out.write(format_text(result, output_width(out)))
     return EXIT_EQUAL if result["equal"] else EXIT_DIFFERENT

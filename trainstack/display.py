@@ -35,12 +35,20 @@ class _Style:
         return f"\033[{code}m{text}\033[0m" if self.on else text
 
 
-def _tree_lines(value: Any, style: _Style, width: int | None, indent: str = "") -> list[str]:
+def _tree_lines(value: Any, style: _Style, width: int | None, indent: str = "", unset: list[str] | None = None,
+                prefix: str = "") -> list[str]:
+    """The config as YAML-like lines; a null or empty leaf goes to `unset` (its dotted key) instead, when
+    given: the dry run names those once, on a line of their own."""
     lines = []
     for k, v in value.items():
+        if unset is not None and (v is None or v == {} or v == []):
+            unset.append(f"{prefix}{k}")
+            continue
         if isinstance(v, dict) and v:
-            lines.append(f"{indent}{style(str(k), '36')}:")
-            lines += _tree_lines(v, style, width, indent + "  ")
+            sub = _tree_lines(v, style, width, indent + "  ", unset, f"{prefix}{k}.")
+            if sub:
+                lines.append(f"{indent}{style(str(k), '36')}:")
+                lines += sub
         else:
             shown = v if isinstance(v, str) else json.dumps(v)
             lines += _styled_head(fold(f"{k}: {shown}", width, indent, indent + "    "), indent + str(k), style, "36")
@@ -95,19 +103,35 @@ def _flag_lines(rows: list[tuple[str, str, str]], st: _Style, width: int | None)
     return out
 
 
-def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Report | None" = None) -> None:
-    """Everything a launch would do, nothing done: config tree, argv by group with sources, env, what
-    the launch would do with the run dir, the checks deferred to a remote host, what the numbers add up
-    to, the command and a verdict. Folded to the terminal's width (COLUMNS); whole lines in a pipe."""
-    from trainstack.dry_summary import facts
+def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Report | None" = None,
+                  short: bool = False) -> None:
+    """Everything a launch would do, nothing done: first the verdict and a summary (dry_head.py; all that
+    `short` prints), then the config tree, argv by group with sources, env, what the launch would do with
+    the run dir, the checks deferred to a remote host, the command and the verdict again. Folded to the
+    terminal's width (COLUMNS); whole lines in a pipe."""
+    from trainstack.dry_head import HINT, VERDICT, head_lines, verdict_line
     from trainstack.tables import fold_shell, output_width
 
     out = file or sys.stdout
     st = _Style(out)
     width = output_width(out)
-    lines = [_rule(f"resolved config: {run.run_id}", st, width)]
+    lines: list[str] = []
+    for label, block in head_lines(run, cmd, report, width, short):
+        if label in (VERDICT, HINT):
+            lines += [st(ln, "32" if label == VERDICT else "2") for ln in block]
+        else:
+            lines += _styled_head(block, "  " + label, st, "36")
+    if short:
+        out.write("\n".join(lines) + "\n")
+        out.flush()
+        return
+    lines.append(_rule(f"resolved config: {run.run_id}", st, width))
     lines += fold(f"run dir {run.run_dir}", width, "# ", "#   ")
-    lines += _tree_lines(redact(run.config), st, width)
+    unset: list[str] = []
+    tree = _tree_lines(redact(run.config), st, width, unset=unset)
+    if unset:
+        lines += fold(f"unset (null or empty): {', '.join(unset)}", width, "# ", "#   ")
+    lines += tree
     for group in ("megatron", "sglang", "slime"):
         rows = _flag_rows(cmd, run, group)
         lines.append(_rule(f"{group} arguments ({len(rows)})", st, width))
@@ -123,8 +147,6 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
     if report is not None:
         where = "this machine" if report.runs_here else f"a {run.cluster.launcher} host"
         lines.append(_rule(f"launch (the trainer runs on {where})", st, width))
-        if report.plan:
-            lines += fold(f"run dir  {run.run_dir}: {report.plan}", width, "  ", "    ")
         if run.cluster.settings:  # the launcher's settings, defaults included (cluster.<launcher>)
             lines += fold(f"cluster.{run.cluster.launcher}  " + " ".join(
                 f"{k}={v}" for k, v in run.cluster.settings.items() if v not in (None, {}, [])), width, "  ", "    ")
@@ -138,23 +160,11 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
     else:
         for n in env_notes:
             lines += _styled_head(fold(f"note: {n}", width, "", "  "), "note:", st, "33")
-    derived = facts(run, cmd)
-    if derived:
-        lines.append(_rule("what it adds up to", st, width))
-        w_label = max(len(f.label) for f in derived)
-        for f in derived:
-            lines += _styled_head(fold(f"{f.label.ljust(w_label)}  {f.text}", width, "  ", " " * (w_label + 4)),
-                                  "  " + f.label, st, "36")
     lines.append(_rule("command", st, width))
     lines += fold_shell(cmd.shell_line(), width)  # folded with backslash-newlines: still copy-pastable
     lines += [st(ln, "32") for ln in fold(verdict_line(run.run_id, run.cluster.launcher), width, "", "  ")]
     out.write("\n".join(lines) + "\n")
     out.flush()
-
-
-def verdict_line(run_id: str, launcher: str) -> str:
-    """The dry run's last line: every check passed (a refusal is an error report and exit 2 instead)."""
-    return f"ok: ready to launch {run_id} on {launcher}"
 
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
@@ -217,7 +227,8 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     lines += fold(f"ckpt     {ckpt.save_dir}/iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "ckpt     none yet",
                   width, "", " " * 9)
     roots = runs_root_flag(run.run_dir)
-    lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
+    if status.get("state") != "finished":  # a finished run has nothing to resume: `more` continues it
+        lines += _command_line("resume", rerun, "           # same config -> same run_id -> resumes", width)
     lines += _command_line("exec", f"trainstack exec {run.run_id}{roots}", "  # the stored run as it was submitted",
                            width)
     lines += _command_line("more", f"{more} env.num_rollout=<N>", "  # continue the same run for more rollouts", width)

@@ -18,6 +18,7 @@ from trainstack.resolve import ResolvedRun
 class Fact:
     label: str  # a short word: gpus, parallel, sglang, batch, ckpts, cost
     text: str
+    warning: str | None = None  # what the reader should act on (the dry run's summary lists it as a problem)
 
 
 def _int(v: Any, default: int | None = None) -> int | None:
@@ -114,4 +115,7 @@ def _checkpoint_facts(run: ResolvedRun, cmd: SlimeCommand) -> list[Fact]:
         text += f"; {_size(left)} free at {where}"
         if one is not None and one * count > left:
             text += " (not enough for all: a larger args.save_interval or args.no_save_optim=true)"
+            return [Fact("ckpts", text, warning=f"the run's checkpoints need {_size(one * count)}, {_size(left)} "
+                                               f"free at {where} (a larger args.save_interval or "
+                                               "args.no_save_optim=true)")]
     return [Fact("ckpts", text)]

@@ -21,6 +21,7 @@ class ConfigError:
     value: Any = None
     source: str = ""  # where the value came from (conf/model/qwen3-4B.yaml, command line, derived)
     related: dict[str, Any] = field(default_factory=dict)  # other keys involved: key -> value
+    outside: str = ""  # the config is fine, this failed outside it ("getting the run's inputs": a network error)
 
     def render(self) -> str:
         """One screen; every secret value in it hidden (secrets.redact_text), whatever the caller put in."""
@@ -49,8 +50,13 @@ class ConfigErrors(Exception):
         """`command`: a `trainstack` subcommand that launches nothing (status, compare, ...)."""
         n = len(self.errors)
         what = f"{n} problem{'s' if n != 1 else ''}"
-        head = (f"trainstack {command}: {what}; nothing was written.\n" if command
-                else f"trainstack: {what} in the run config; nothing was launched.\n")
+        outside = {e.outside for e in self.errors}
+        if "" not in outside:  # not the config's fault: a network error, a service down
+            head = (f"trainstack{' ' + command if command else ''}: {what} {' and '.join(sorted(outside))} (the run "
+                    "config is fine); nothing was launched.\n")
+        else:
+            head = (f"trainstack {command}: {what}; nothing was written.\n" if command
+                    else f"trainstack: {what} in the run config; nothing was launched.\n")
         return head + "\n\n".join(e.render() for e in self.errors)
 
 

@@ -9,9 +9,23 @@ from the filesystem: the same text, at the cost of reading one YAML file. Anythi
 from __future__ import annotations
 
 import string
+import sys
 from pathlib import Path
 
 HELP_OPTIONS = ("--help", "-h")
+PROG_RESOLVER = "trainstack_prog"  # ${trainstack_prog:} in the page: how it was asked for
+
+
+def prog() -> str:
+    """`trainstack run` when the page was asked for through it (cli.py sets argv[0]), else `python run.py`."""
+    return "trainstack run" if sys.argv[0].endswith("trainstack run") else "python run.py"
+
+
+def register_prog() -> None:
+    """For the page Hydra renders (`--help` next to overrides): the same program name as the fast page."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver(PROG_RESOLVER, prog, replace=True)
 
 
 def config_groups(conf_dir: Path) -> dict[str, list[str]]:
@@ -44,6 +58,7 @@ def render(conf_dir: Path) -> str:
     text = str(page["template"])
     for key in ("app_name", "header", "footer"):  # the ${hydra.help.*} interpolations the template uses
         text = text.replace("${hydra.help.%s}" % key, str(page.get(key, "")))
+    text = text.replace("${%s:}" % PROG_RESOLVER, prog())
     return string.Template(text).substitute(APP_CONFIG_GROUPS=listing)
 
 

@@ -29,6 +29,7 @@ from trainstack.schema import (
     ResumeSpec,
     TrackingSpec,
     ROOT_KEYS,
+    ROOT_SCALAR_FIXES,
     ROOT_SCALARS,
     ROOT_SECTIONS,
     ClusterSpec,
@@ -571,7 +572,8 @@ def typed_sections(tree: dict[str, Any], origin: Origin
             tree[key] = str(tree[key])
     for key, tp in ROOT_SCALARS.items():
         if key in tree and not check_value(tp, tree[key]):
-            errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})", f"set {key} correctly",
+            errors.append(ConfigError(key, f"wrong type ({type(tree[key]).__name__})",
+                                      ROOT_SCALAR_FIXES.get(key, f"set {key} correctly"),
                                       value=tree[key], source=origin.source_of(key)))
     if isinstance(tree.get("objective"), str):  # a sweep's objective: METRIC[:TAKE] (sweep_result.py)
         from trainstack.sweep_result import Objective

@@ -14,7 +14,7 @@ import math
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from trainstack.backends import BACKENDS
 from trainstack.errors import ConfigError
@@ -243,8 +243,11 @@ ROOT_SECTIONS: dict[str, Any] = {
     "tracking": TrackingSpec,
     "hub": HubSpec,
 }
-ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": bool, "output": Optional[str],
+ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": Union[bool, Literal["short"]],
+                "output": Optional[str],
                 "objective": Optional[str]}  # objective: what a sweep point returns (trainstack/sweep_result.py)
+ROOT_SCALAR_FIXES = {"dry_run": "dry_run=true (everything), dry_run=short (the verdict and the summary) or "
+                                "dry_run=false (launch)"}
 ROOT_KEYS = set(ROOT_SECTIONS) | set(ROOT_SCALARS) | set(DEST_NAMESPACES) | {"hydra", "experiment"}
 
 
@@ -276,6 +279,8 @@ def check_value(tp: Any, value: Any) -> bool:
         return any(check_value(a, value) for a in args if a is not type(None))
     if tp is Any:
         return True
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in typing.get_args(tp))
     if tp is bool:
         return isinstance(value, bool)
     if tp is int:

@@ -45,6 +45,8 @@ class Row:
     pod: str | None = None
     epoch: int | None = None
     cost_usd: float | None = None
+    started: str | None = None  # the first launch (events.jsonl), ISO; status_view.add_timing fills it
+    seconds: float | None = None  # training time over every launch
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -164,74 +166,40 @@ def fill(rows: list[Row]) -> list[Row]:
     return rows
 
 
-RUN_ID_WHOLE = 21  # run ids up to this long are never folded; a longer one folds after a "-" (tables.py)
+from trainstack.status_view import RUN_ID_WHOLE, render, table_rows  # noqa: E402,F401  (the table: status_view.py)
 
 
-def table_rows(rows: list[Row]) -> tuple[list, list[list[str]]]:
-    """Columns (by priority: what a glance needs first) and cells of the status table."""
-    from trainstack.rundir.progress import Progress
-    from trainstack.tables import Column
-
-    any_job = any(r.job_id for r in rows)
-    any_hub = any(r.hub_pushed is not None or r.hub_pending is not None for r in rows)
-    any_pod = any(r.pod is not None or r.epoch for r in rows)
-    ids = min(max((len(r.run_id) for r in rows), default=12), RUN_ID_WHOLE)  # a run id whole, when it can be
-    cols = [Column("run_id", 0, min_width=max(ids, 12)), Column("run", 0, min_width=8),
-            Column("rollouts", 1, numeric=True), Column("reward", 1, numeric=True),
-            Column("varying overrides", 2, min_width=14), Column("ckpt", 3, numeric=True)]
-    if any_hub:
-        cols.append(Column("hub", 1, min_width=12))  # a Hub run's key fact: kept before overrides and ckpt
-    if any_pod:  # Lium runs: pod, lease epoch, restarts, cost (from the commander)
-        cols.append(Column("pod", 1, min_width=12))
-    if any_job:
-        cols += [Column("scheduler", 2, min_width=9), Column("job", 4, numeric=True)]
-    cols.append(Column("logs", 5, min_width=12))
-    cells = []
-    for r in rows:
-        run_state = (r.state or "-") + (f", resumed x{len(r.resumed_from)}" if r.resumed_from else "")
-        rollouts = Progress(rollouts=r.rollouts, target=r.target).rollouts_text()
-        row = [r.run_id, run_state, rollouts, "-" if r.reward is None else f"{r.reward:.3f}",
-               " ".join(r.varying) or "-", "-" if r.last_checkpoint is None else str(r.last_checkpoint)]
-        if any_hub:
-            hub = "-" if r.hub_pushed is None else f"{r.hub_pushed} @ {(r.hub_commit or '?')[:8]}"
-            row.append(hub + (f" ({r.hub_pending} pending)" if r.hub_pending is not None else ""))
-        if any_pod:
-            pod = "-" if r.pod is None and not r.epoch else (
-                f"{(r.pod or '-')[:8]} e{r.epoch} x{r.restarts} ${r.cost_usd or 0:.4f}"
-                + (f" hub {r.hub_commit[:10]}" if r.hub_commit and r.hub_pushed is None else ""))
-            row.append(pod)
-        if any_job:
-            row += [(r.scheduler or "-") + (f" ({r.reason})" if r.reason else ""), r.job_id or "-"]
-        row.append("\n".join(v for k, v in r.logs.items() if k in ("stdout", "trainer")))
-        cells.append(row)
-    return cols, cells
-
-
-def render(rows: list[Row], title: str | None = None, wide: bool = False, file=None) -> None:
-    from trainstack.tables import print_table
-
-    cols, cells = table_rows(rows)
-    print_table(cols, cells, title=title, file=file, wide=wide)
-
-
-def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = False, wide: bool = False) -> int:
+def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = False, wide: bool = False,
+               watch: float | None = None) -> int:
     from trainstack.errors import report_and_exit
+    from trainstack.status_view import ENDED, add_timing
 
     chosen = list(targets) or default_targets(runs_root)
     if not chosen:
         print(f"trainstack status: no runs under {runs_root} (give a sweep dir, run ids, or --runs-root DIR)",
               file=sys.stderr)
         return 0
-    try:
-        rows = fill(collect(chosen, runs_root))
-    except ConfigErrors as ex:
-        report_and_exit(ex, command="status")
-    if as_json:
-        print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
-    else:
-        title = ", ".join(targets) if targets else (None if chosen == ["."] else f"runs under {runs_root}")
-        render(rows, title=title, wide=wide)
-    return 0
+    seen: list[Row] = []
+
+    def show() -> None:
+        try:
+            rows = fill(collect(chosen, runs_root))
+        except ConfigErrors as ex:
+            report_and_exit(ex, command="status")
+        add_timing(rows)
+        seen[:] = rows
+        if as_json:
+            print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
+        else:
+            title = ", ".join(targets) if targets else (None if chosen == ["."] else f"runs under {runs_root}")
+            render(rows, title=title, wide=wide)
+
+    if watch is None:
+        show()
+        return 0
+    from trainstack.status_view import watch as follow
+
+    return follow(show, watch, ended=lambda: all((r.state or "").split(",")[0] in ENDED for r in seen))
 
 
 def run_cancel(targets: Sequence[str], runs_root: str = "runs", dry: bool = False, purge: bool = False) -> int:

@@ -23,6 +23,7 @@ class Column:
     priority: int = 0  # 0: always shown; higher numbers are left out first when the table is too wide
     numeric: bool = False  # right-aligned, never cut (its width is its widest value)
     min_width: int = 8  # the narrowest a text column folds to
+    max_lines: int | None = None  # a droppable column whose cells would fold to more lines is left out instead
 
 
 def terminal_width() -> int:
@@ -35,7 +36,8 @@ def _natural(col: Column, cells: Sequence[str]) -> int:
 
 # A long word folds after one of these (`cluster.` / `num_nodes`, `run-` / `id`, `key=` / `value`),
 # never inside a part, unless the part alone is wider than its column.
-SOFT_BREAK = re.compile(r"(?<=[/._=,:-])")
+SOFT_CHARS = "/._=,:-"
+SOFT_BREAK = re.compile(f"(?<=[{re.escape(SOFT_CHARS)}])")
 
 
 def _parts(word: str) -> list[str]:
@@ -104,7 +106,18 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int) ->
         if not droppable:
             break
         shown.remove(max(droppable, key=lambda i: (columns[i].priority, i)))
-    room = width - overhead(shown)
+    while True:
+        widths = _shrink(columns, natural, least, shown, width - overhead(shown))
+        tall = [i for i in shown if columns[i].max_lines and columns[i].priority > 0 and any(
+            len(wrap_cell(c, widths[i]).splitlines()) > (columns[i].max_lines or 0) for c in cells[i])]
+        if not tall:
+            return widths
+        # rows stay short: the least important column goes (the tall one's room grows), as when too wide
+        shown.remove(max((i for i in shown if columns[i].priority > 0), key=lambda i: (columns[i].priority, i)))
+
+
+def _shrink(columns: Sequence[Column], natural: list[int], least: list[int], shown: list[int],
+            room: int) -> dict[int, int]:
     widths = {i: natural[i] for i in shown}
     excess = sum(widths.values()) - room
     shrinkable = [i for i in shown if natural[i] > least[i]]
@@ -174,24 +187,39 @@ def output_width(stream=None) -> int | None:
     stream = stream or sys.stdout
     if getattr(stream, "isatty", lambda: False)():
         try:
-            return os.get_terminal_size(stream.fileno()).columns
+            return os.get_terminal_size(stream.fileno()).columns or None  # a pty that reports 0 columns
         except (OSError, ValueError):
             return None
     return None
 
 
-def fold(text: str, width: int | None, indent: str = "", subsequent: str | None = None) -> list[str]:
-    """`indent + text` folded to `width` (continuation lines start with `subsequent`, default the indent
-    plus two spaces); a word longer than a line is cut (paths). Unfolded when `width` is None."""
+def _soft_wrapper(**kw):
     import textwrap
 
+    class SoftWrapper(textwrap.TextWrapper):
+        """textwrap, except that a word longer than a line (a path, a dotted name) breaks after one of
+        SOFT_CHARS (`runs/` + `tiny-grpo-arithmetic-8349293f/`), never inside a part; only a part longer
+        than a whole line (a hash, a token) is cut."""
+
+        def _split_chunks(self, text):
+            line = self.width - max(len(self.initial_indent), len(self.subsequent_indent))
+            return [p for chunk in super()._split_chunks(text)
+                    for p in (_parts(chunk) if len(chunk) > line and chunk.strip() else [chunk])]
+
+    return SoftWrapper(**kw)
+
+
+def fold(text: str, width: int | None, indent: str = "", subsequent: str | None = None) -> list[str]:
+    """`indent + text` folded to `width` (continuation lines start with `subsequent`, default the indent
+    plus two spaces); a word longer than a line (a path) folds after a `/`, `.`, `-`, `_`, ... Unfolded
+    when `width` is None."""
     if width is None:
         return [indent + text]
     rest = indent + "  " if subsequent is None else subsequent
     if len(rest) > width // 2:
         rest = rest[: width // 2]
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=rest, break_long_words=True,
-                         break_on_hyphens=False, drop_whitespace=True, replace_whitespace=False) or [indent]
+    return _soft_wrapper(width=width, initial_indent=indent, subsequent_indent=rest, break_long_words=True,
+                         break_on_hyphens=False, drop_whitespace=True, replace_whitespace=False).wrap(text) or [indent]
 
 
 def shell_words(line: str) -> list[str]:

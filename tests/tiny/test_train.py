@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tiny_helpers import ARCH, CLUSTER, GRPO, ROOT, env_for, read_metrics, run_tiny, task_argv
 
@@ -234,3 +235,15 @@ def test_wandb_offline_and_tensorboard(tmp_path, data_dir):
         assert t in tags, (t, tags)
     assert [e.step for e in acc.Scalars("train/loss")] == [0, 1, 2, 3]
     assert [e.step for e in acc.Scalars("rollout/raw_reward")] == [0, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.floats(allow_nan=False, allow_infinity=False, min_value=-1e3, max_value=1e3))
+def test_the_rollout_lines_loss_never_rounds_a_value_to_zero(value):
+    """cpu-agentic's GRPO loss (no entropy or KL term) is ~1e-9 by construction: the line read `+0.0000` every
+    rollout. A nonzero loss shows its magnitude, and parses back close to itself."""
+    from trainstack.tiny.train import _loss
+
+    text = _loss(value)
+    assert (text in ("+0.0000", "-0.0000")) == (value == 0)
+    assert abs(float(text) - value) <= max(abs(value) * 0.06, 5e-5)

@@ -111,4 +111,5 @@ def stop_local(state_dir: Path) -> int:
     print(f"trainstack commander: stopped pid {pid} (runs keep their state in {state_dir}; pods of active runs stay "
           "until a commander runs again)", file=sys.stderr)
     pid_file.unlink(missing_ok=True)
+    (state_dir / "commander.json").unlink(missing_ok=True)
     return 0

@@ -188,8 +188,11 @@ def with_sidecars(spec: "RunSpec", start: "StartRunner") -> "StartRunner":
         server = None
         url = block.settings.url or ""
         if block.serve is not None:
+            from trainstack.phase import phase
+
             server = EnvServerProcess(block.serve, rundir, env, cwd)
-            problem = server.wait_ready()
+            with phase(f"starting the env server ({block.serve.env}; log {server.log_path})"):
+                problem = server.wait_ready()
             if problem:
                 server.stop(term_wait_s=2.0)
                 why = f"{problem} (argv {' '.join(server.argv)}; log {server.log_path})"

@@ -170,8 +170,15 @@ def cmd_pull(ns: argparse.Namespace) -> int:
             lease.release()
     print(f"pulled {iter_name(n)} of {run_id} from {repo_id} (files at {record['files_commit'][:12]}; {count} files, "
           f"{_human(size)}) into {dest}")
-    print(f"tracker  -> {n}: a relaunch of the run resumes from it" if newer else
-          f"tracker  left at {current} (newer than {n}); point --ckpt-step at {n} or move newer iter_* aside to use it")
+    own = rundir is not None and dest.resolve() == rundir.checkpoints.resolve()
+    if not newer:
+        print(f"tracker  left at {current} (newer than {n}); point --ckpt-step at {n} or move newer iter_* aside to "
+              "use it")
+    elif own:
+        print(f"tracker  -> {n}: a relaunch of the run resumes from it")
+    else:  # not the run's own checkpoints/: a relaunch never reads it
+        print(f"tracker  -> {n}: {dest} is a complete checkpoint directory (slime's --load {dest} reads it); a "
+              f"relaunch of {run_id} resumes from its own checkpoints/, not from here")
     return 0
 
 

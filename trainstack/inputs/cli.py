@@ -14,18 +14,30 @@ def cmd_prepare(ns: argparse.Namespace) -> int:
         run, cmd = build_from_overrides(ns.overrides, ns.config_dir)
         sources, conv = for_run(run.config, run.args, run.cluster, str(cmd.meta.get("slime_commit", "")))
         if ns.plan:
-            for item in plan(sources, conv, lookup=ns.lookup):
+            items = plan(sources, conv, lookup=ns.lookup)
+            for item in items:
                 print(item.line())
                 if item.command and item.state == "convert":
                     print("  conversion: " + " ".join(item.command))
+            if not items:
+                print(nothing_to_prepare(run))
             return 0
         result = prepare(sources, conv)
     except ConfigErrors as err:
         report_and_exit(err)
     for item in result.items:
         print(item.line())
-    print(f"prepared in {result.seconds:.2f} s")
+    print(f"prepared in {result.seconds:.2f} s" if result.items else nothing_to_prepare(run))
     return 0
+
+
+def nothing_to_prepare(run) -> str:
+    """What `prepare` says for a run with no Hub inputs (the CPU default): why, and where its data comes from."""
+    hook = (run.meta.get("env") or {}).get("prepare")
+    made = (f"; its data files come from the env's data hook ({hook}), which every launch runs before the trainer"
+            if hook else "; its inputs are the paths its config names")
+    return (f"nothing to download or convert for {run.run_id}: it names no Hub model or dataset (model.meta.hf_repo, "
+            f"env.meta.data){made}")
 
 
 def add_prepare(sub: argparse._SubParsersAction) -> None:

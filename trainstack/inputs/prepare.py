@@ -21,6 +21,7 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.hf_env import bound_xet_memory
 from trainstack.inputs import cache
 from trainstack.inputs.sources import DatasetSource, ModelSource, Sources, pinned, read
+from trainstack.phase import phase
 
 REFS = "refs"
 DISK_MARGIN = 1.05  # a download needs its size plus 5 %
@@ -292,7 +293,8 @@ def _fetching(key: str, what: str) -> Iterator[None]:
         first = (str(ex).strip().splitlines() or [""])[0][:300]
         raise ConfigErrors([ConfigError(key, f"downloading {what} failed ({type(ex).__name__}: {first})",
                                         "check the network, HF_ENDPOINT and HF_TOKEN, then launch again: the "
-                                        "partial download is kept and resumed", value=what)]) from None
+                                        "partial download is kept and resumed", value=what,
+                                        outside="getting the run's inputs")]) from None
 
 
 def _model_entry(src: ModelSource, sha: str) -> cache.Entry:
@@ -333,8 +335,9 @@ def prepare_model(src: ModelSource, conv: Converter | None, log: Log, recorded: 
                     with _fetching("model.meta.hf_repo", f"{src.repo}@{sha}"):
                         sizes = _remote_sizes(src.repo, sha, "model")
                         nbytes = _check_disk(entry.path, sizes, "paths.models_root", f"{src.repo}@{sha[:12]}")
-                        log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                        _download(src.repo, sha, "model", sorted(sizes), entry.path)
+                        with phase(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}", log,
+                                   announce=True, prefix=""):
+                            _download(src.repo, sha, "model", sorted(sizes), entry.path)
                     entry.mark_complete(repo=src.repo, revision=src.revision, sha=sha, bytes=sum(sizes.values()))
                     state = "download"
                 elif waited:
@@ -385,7 +388,8 @@ def _convert(src: ModelSource, sha: str | None, hf_path: str, conv: Converter, l
                     shutil.rmtree(entry.path)
                 logfile = f"{entry.path}.log"
                 log(f"converting (log: {logfile}): " + " ".join(argv))
-                with open(logfile, "w", encoding="utf-8") as out:
+                with open(logfile, "w", encoding="utf-8") as out, phase(f"converting {src.repo} to torch_dist", log,
+                                                                         prefix=""):
                     code = subprocess.call(argv, env=conv.env(), stdout=out, stderr=subprocess.STDOUT,
                                            start_new_session=False)
                 if code != 0:
@@ -425,8 +429,9 @@ def prepare_dataset(src: DatasetSource, log: Log, recorded: Mapping[str, str]) -
                         raise ConfigErrors([ConfigError("env.meta.data", f"{src.repo}@{sha[:12]} has no {missing[0]}",
                                                         "name files the dataset repo has", value=missing)])
                     nbytes = _check_disk(entry.path, sizes, "paths.data_root", f"{src.repo}@{sha[:12]}")
-                    log(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}")
-                    _download(src.repo, sha, "dataset", sorted(src.files), entry.path)
+                    with phase(f"downloading {src.repo}@{sha[:12]} ({_size(nbytes)}) into {entry.path}", log,
+                               announce=True, prefix=""):
+                        _download(src.repo, sha, "dataset", sorted(src.files), entry.path)
                 entry.mark_complete(repo=src.repo, sha=sha, files=sorted(src.files))
                 state = "download"
     for name, target in targets.items():

@@ -192,6 +192,7 @@ class Launcher:
         from trainstack.rundir import RunDir
 
         code = 0
+        sent = []
         for r in rows:
             holder = _read(RunDir(r.run_dir).lease_file)
             if holder is None or holder.host != hostname() or not pid_alive(holder.pid):
@@ -199,12 +200,19 @@ class Launcher:
                 print(f"trainstack cancel: {r.run_id} is not running{where}", file=sys.stderr)
                 code = code or 1
                 continue
-            print(f"kill -TERM {holder.pid}  # {r.run_id} ({self.name})", file=sys.stderr)
-            if not dry:
-                try:
-                    os.kill(holder.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            what = f"SIGTERM to its launcher (pid {holder.pid}, {self.name})"
+            if dry:
+                print(f"trainstack cancel: {r.run_id}: would send {what} (--dry: nothing sent)", file=sys.stderr)
+                continue
+            try:
+                os.kill(holder.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            print(f"trainstack cancel: {r.run_id}: sent {what}; the trainer saves a final checkpoint, then stops",
+                  file=sys.stderr, flush=True)
+            sent.append((r, holder.pid))
+        for r, pid in sent:
+            print(f"trainstack cancel: {r.run_id}: {stopped(r.run_dir, pid)}", file=sys.stderr, flush=True)
         return code
 
     @classmethod
@@ -250,3 +258,28 @@ def launcher_of_run(run_dir: str | Path) -> str:
         if isinstance(data, dict) and isinstance(data.get("launcher"), str):
             return data["launcher"]
     return "local"
+
+
+CANCEL_WAIT_S = 15.0  # cancel waits this long to report how a run stopped (a final checkpoint takes ~2 s here)
+
+
+def stopped(run_dir: str, pid: int, wait_s: float = CANCEL_WAIT_S) -> str:
+    """How the run ended after its launcher got SIGTERM: its state and newest checkpoint once the launcher
+    has exited, or that it is still stopping after `wait_s`."""
+    import time
+
+    from trainstack.checkpoints import inspect
+    from trainstack.lease import pid_alive
+    from trainstack.rundir import RunDir
+
+    t0 = time.monotonic()
+    while pid_alive(pid) and time.monotonic() - t0 < wait_s:
+        time.sleep(0.1)
+    took = time.monotonic() - t0
+    if pid_alive(pid):
+        return (f"still stopping after {took:.0f} s (it has resume.grace_s for its final checkpoint); "
+                "`trainstack status` shows when it has ended")
+    rd = RunDir(run_dir)
+    ckpt = inspect(str(rd.checkpoints))
+    last = f"newest checkpoint iter_{ckpt.latest_complete:07d}" if ckpt.resumable else "no checkpoint"
+    return f"{rd.status().get('state', 'ended')} after {took:.1f} s, {last}; the launch command resumes it"

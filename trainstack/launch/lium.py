@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from trainstack.errors import CommanderFailure, ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
 from trainstack.launch.lium_commander import (  # noqa: F401  (this module's API too)
-    LOCAL_IDLE_EXIT_S, STATE_DIR, LiumSettings, commander, start_local_commander)
+    LOCAL_IDLE_EXIT_S, LiumSettings, commander, start_local_commander, state_dir)
 from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
 from trainstack.runspec import RunSpec
 from trainstack.userconfig import run_target
@@ -182,14 +182,22 @@ def wait_for(client, run_ids: Sequence[str], poll_s: float) -> dict[str, dict]:
     """Block until every run is finished, failed, cancelled or paused; their records."""
     from trainstack.commander.client import Unreachable
 
+    from trainstack.console import duration
+
     pending = set(run_ids)
     done: dict[str, dict] = {}
+    seen: dict[str, str] = {}
+    t0 = time.monotonic()
     while pending:
         for rid in sorted(pending):
             try:
                 rec = client.get(f"/v1/runs/{rid}")
             except Unreachable:
                 continue
+            if rec["phase"] != seen.get(rid):  # a line per phase (provisioning, running, ...)
+                seen[rid] = rec["phase"]
+                print(f"trainstack: {rid}: {rec['phase']} ({duration(time.monotonic() - t0)} after submitting)",
+                      file=sys.stderr, flush=True)
             if rec["phase"] in TERMINAL:
                 done[rid] = rec
                 pending.discard(rid)

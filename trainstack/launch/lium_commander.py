@@ -13,8 +13,27 @@ from typing import Any, Optional
 
 from trainstack.errors import CommanderFailure, ConfigError, ConfigErrors
 
-STATE_DIR = Path(os.environ.get("TRAINSTACK_HOME", "~/.trainstack")).expanduser()
 LOCAL_IDLE_EXIT_S = 120.0  # a commander a launch started exits this long after its last run ended
+LOCAL_INFO = "commander.json"  # {url, pid, port} of the commander started in a state dir
+
+
+def state_dir() -> Path:
+    """Where a commander this host starts keeps its state: $TRAINSTACK_HOME, default ~/.trainstack. One
+    commander per state dir, on a free port (it was port 8780 for everyone: a second user's or checkout's
+    commander was refused, or answered with the wrong runs)."""
+    return Path(os.environ.get("TRAINSTACK_HOME", "~/.trainstack")).expanduser()
+
+
+def local_url(home: Path | None = None) -> str | None:
+    """The URL of the commander started in this state dir, while its process lives."""
+    import json
+
+    try:
+        info = json.loads(((home or state_dir()) / LOCAL_INFO).read_text())
+        os.kill(int(info["pid"]), 0)
+        return str(info["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @dataclass
@@ -28,7 +47,7 @@ class LiumSettings:
     sweep_spend_limit: Optional[float] = None  # USD for all runs of the sweep together
     commander_url: Optional[str] = None  # default $TRAINSTACK_COMMANDER_URL, else a commander on this host
     public_url: Optional[str] = None  # what pods use to reach a commander started here (default its local URL)
-    commander_port: int = 8780  # port of a commander started here
+    commander_port: Optional[int] = None  # port of a commander started here (default: a free one)
     poll_s: float = 5.0  # wait=true: seconds between status polls
     wait: bool = False  # block until every run has ended (Optuna needs it)
     metric: str = "rollout/raw_reward"  # what a finished run returns to the sweeper
@@ -78,18 +97,24 @@ def commander(settings: LiumSettings, start: bool = True):
     url = settings.commander_url or os.environ.get(URL_ENV)
     if url:
         return CommanderClient(url, token)
-    port = int(settings.commander_port)
-    client = CommanderClient(f"http://127.0.0.1:{port}", token)
-    try:
-        client.get("/v1/health", timeout=2)
-        return client
-    except CommanderError as ex:
-        if ex.status:
-            raise CommanderFailure(f"the commander at {client.url} refused us ({ex.detail})",
-                                   f"use the token it was started with ({_token_hint()})") from None
+    port = settings.commander_port
+    here = f"http://127.0.0.1:{port}" if port else local_url()  # the one this state dir started
+    if here:
+        client = CommanderClient(here, token)
+        try:
+            client.get("/v1/health", timeout=2)
+            return client
+        except CommanderError as ex:
+            if ex.status:
+                raise CommanderFailure(f"the commander at {client.url} refused us ({ex.detail})",
+                                       f"use the token it was started with ({_token_hint()})") from None
     if not start:
-        raise CommanderFailure(f"no commander answers at {client.url}",
+        raise CommanderFailure(f"no commander answers at {here or f'the one started in {state_dir()}'}",
                                f"start one (trainstack commander serve) or set {URL_ENV}")
+    from trainstack.launch.ray_start import free_port
+
+    port = port or free_port()
+    client = CommanderClient(f"http://127.0.0.1:{port}", token)
     start_local_commander(port, settings.public_url)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -99,7 +124,7 @@ def commander(settings: LiumSettings, start: bool = True):
         except CommanderError:
             time.sleep(0.3)
     raise CommanderFailure(f"the commander started here did not answer at {client.url} within 30 s",
-                           f"see {STATE_DIR / 'commander.log'}")
+                           f"see {state_dir() / 'commander.log'}")
 
 
 def _token_hint() -> str:
@@ -109,16 +134,21 @@ def _token_hint() -> str:
 
 
 def start_local_commander(port: int, public_url: str | None) -> None:
-    """`trainstack commander serve` on this host, detached (it outlives this launch), state in ~/.trainstack."""
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "trainstack", "commander", "serve", "--db", str(STATE_DIR / "commander.db"),
+    """`trainstack commander serve` on this host, detached (it outlives this launch), state in state_dir();
+    its URL and pid in commander.json there, for the next launch, status and `commander stop`."""
+    import json
+
+    home = state_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "trainstack", "commander", "serve", "--db", str(home / "commander.db"),
             "--port", str(port), "--exit-when-idle", str(LOCAL_IDLE_EXIT_S)]
     if public_url:
         argv += ["--public-url", public_url]
-    with open(STATE_DIR / "commander.log", "ab") as log:
+    with open(home / "commander.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(STATE_DIR))
-    (STATE_DIR / "commander.pid").write_text(str(proc.pid))
-    print(f"trainstack: started a Lium commander on this host (pid {proc.pid}, port {port}, log "
-          f"{STATE_DIR / 'commander.log'}); it exits {LOCAL_IDLE_EXIT_S:.0f} s after its last run has ended "
+                                start_new_session=True, cwd=str(home))
+    (home / "commander.pid").write_text(str(proc.pid))
+    (home / LOCAL_INFO).write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": proc.pid, "port": port}))
+    print(f"trainstack: started a Lium commander on this host (pid {proc.pid}, port {port}, state and log in "
+          f"{home}); it exits {LOCAL_IDLE_EXIT_S:.0f} s after its last run has ended "
           "(or: trainstack commander stop)", file=sys.stderr, flush=True)

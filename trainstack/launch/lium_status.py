@@ -39,9 +39,11 @@ def locate(run_id: str) -> Path | None:
     token = os.environ.get(TOKEN_ENV, "")
     if len(token) < 16 or not run_id or "/" in run_id:
         return None
-    from trainstack.launch.lium_commander import LiumSettings
+    from trainstack.launch.lium_commander import local_url
 
-    url = os.environ.get(URL_ENV) or f"http://127.0.0.1:{LiumSettings().commander_port}"
+    url = os.environ.get(URL_ENV) or local_url()
+    if not url:
+        return None
     try:
         spec = CommanderClient(url, token, timeout=3).get(f"/v1/runs/{run_id}/spec")
     except CommanderError:
@@ -126,20 +128,23 @@ def cancel_lium(rows: Sequence[Any], dry: bool, purge: bool = False) -> int:
             print(f"trainstack cancel: {r.run_id}: {why}", file=sys.stderr)
             code = 2
             continue
-        print(f"cancel {r.run_id}{' and delete its volume' if purge else ''} (Lium commander {client.url})",
-              file=sys.stderr)
+        what = f"the Lium commander at {client.url} to stop it{' and delete its volume' if purge else ''}"
         if dry:
+            print(f"trainstack cancel: {r.run_id}: would ask {what} (--dry: nothing sent)", file=sys.stderr)
             continue
         try:
             client.post(f"/v1/runs/{r.run_id}/cancel" + ("?purge=true" if purge else ""))
         except CommanderError as ex:
             print(f"trainstack cancel: {r.run_id}: {ex.detail}", file=sys.stderr)
             code = 1
+            continue
+        print(f"trainstack cancel: {r.run_id}: asked {what}: its trainer saves a final checkpoint, then the pod is "
+              "removed (`trainstack status` shows when it has ended)", file=sys.stderr)
     return code
 
 
 def _local_again(client):
-    """The commander of this host (one a launch started, state in ~/.trainstack), started again when the
+    """The commander of this host (one a launch started, state in state_dir()), started again when the
     run's commander URL is that local one; else the client unchanged (its error is the one to report)."""
     from urllib.parse import urlparse
 

@@ -72,16 +72,23 @@ class TrainerProcess:
         self._pump.start()
 
     def _tee(self) -> None:
-        """Console echo of the guard's output; the guard keeps the log."""
+        """Console echo of the guard's output, rollout lines as progress (trainstack/console.py); the guard
+        keeps the log, every line of it."""
+        from trainstack.console import for_stdout
+
         assert self.proc.stdout is not None
+        console = for_stdout(sys.stdout)
         for line in iter(self.proc.stdout.readline, b""):
             if not self._echo:
                 continue
             try:
-                sys.stdout.buffer.write(line)
-                sys.stdout.buffer.flush()
+                console.line(line)
             except (OSError, ValueError):
                 self._echo = False  # `| head` closed the pipe: keep draining so the trainer never blocks
+        try:
+            console.close()
+        except (OSError, ValueError):
+            pass
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
         """Ask the trainer to stop (it checkpoints on SIGTERM/SIGINT); the group is killed after the

@@ -269,11 +269,14 @@ class RayJobLauncher(Launcher):
             port = urlparse(address).port or 8265
             rundir = RunDir(spec.run_dir)
             rundir.logs.mkdir(parents=True, exist_ok=True)
+            from trainstack.phase import phase
+
             head = LocalRayHead(port, num_cpus=max(os.cpu_count() or 1, 1),
                                 num_gpus=cluster.gpus_per_node if cluster.accelerator == "gpu" else 0,
                                 log_path=rundir.logs / layout.RAY_HEAD_LOG)
             try:
-                head.wait_ready()
+                with phase(f"starting a Ray head at {address} (log {rundir.logs / layout.RAY_HEAD_LOG})"):
+                    head.wait_ready()
             except RuntimeError as ex:
                 head.stop()
                 raise RayFailure(str(ex), f"see {rundir.logs / layout.RAY_HEAD_LOG}") from None

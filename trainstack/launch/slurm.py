@@ -467,10 +467,14 @@ class SlurmLauncher(Launcher):
                                    "login node the runs were submitted from")
         code = 0
         for argv in argvs:
-            print(" ".join(argv), file=sys.stderr)
-            if not dry:
-                res = subprocess.run(argv, capture_output=True, text=True)
-                if res.returncode != 0:
-                    print(res.stderr.strip(), file=sys.stderr)
-                    code = 1
+            if dry:
+                print(f"trainstack cancel: would run: {' '.join(argv)} (--dry: nothing run)", file=sys.stderr)
+                continue
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode != 0:
+                print(f"trainstack cancel: {' '.join(argv)} failed: {res.stderr.strip()}", file=sys.stderr)
+                code = 1
+            else:
+                print(f"trainstack cancel: ran {' '.join(argv)}: SLURM sends the job SIGTERM, the trainer saves a "
+                      "final checkpoint (`trainstack status` shows when it has ended)", file=sys.stderr)
         return code

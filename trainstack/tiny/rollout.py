@@ -97,10 +97,11 @@ class SlimeRollouts:
         from trainstack.upstream.versions import identify
 
         known = identify(root)
-        print(f"[tiny] rollout: {known.label if known else 'slime of unknown version'} ({root}) "
-              + " ".join(p for p in (slime_upstream.where_called(path, root) for path in SLIME_FUNCTIONS)
-                         if slime_upstream.module_file(p, root) is not None)  # v0.3.0 has no sample hooks
-              + f"; generation: tiny SGLang-compatible server {self.server.url}", file=sys.stderr, flush=True)
+        print(f"[tiny] rollout: {known.label if known else 'slime of unknown version'}'s own rollout code "
+              f"({len(SLIME_FUNCTIONS)} functions from {root}, found where this checkout keeps them: "
+              f"trainstack/tiny/rollout.py SLIME_FUNCTIONS); generation: tiny SGLang-compatible server "
+              f"{self.server.url}", file=sys.stderr, flush=True)
+        _quiet_progress_bars()
 
     def __len__(self) -> int:
         return len(self.data_source)
@@ -172,6 +173,24 @@ def _rollout_id_setter():
             raise
         return lambda rollout_id: None
     return set_current_rollout_id
+
+
+def _quiet_progress_bars() -> None:
+    """slime's eval draws a tqdm bar with `disable=False` given explicitly, which TQDM_DISABLE (train.py sets
+    it) cannot turn off: under TQDM_DISABLE its bars are disabled whatever the call says."""
+    import os
+
+    import slime.rollout.sglang_rollout as sglang_rollout
+
+    bar = sglang_rollout.tqdm
+    if not os.environ.get("TQDM_DISABLE") or getattr(bar, "quiet", False):
+        return
+
+    def quiet(*args, **kwargs):
+        return bar(*args, **{**kwargs, "disable": True})
+
+    quiet.quiet = True  # type: ignore[attr-defined]
+    sglang_rollout.tqdm = quiet
 
 
 def failure_metrics(samples) -> dict[str, float]:

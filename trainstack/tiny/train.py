@@ -297,7 +297,8 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
                 saved = f"  saved iter_{rollout_id:07d}"
             failed = stats["rollout/failed_frac"]
             _say(f"rollout {rollout_id + 1}/{args.num_rollout}  reward {stats['rollout/raw_reward']:.3f}  "
-                 f"resp_len {stats['rollout/response_lengths']:.2f}  loss {train_stats.get('train/loss', 0):+.4f}  "
+                 f"resp_len {stats['rollout/response_lengths']:.2f}  loss {_loss(train_stats.get('train/loss', 0))}  "
+                 f"gnorm {train_stats.get('train/grad_norm', 0):.3f}  "
                  f"eval {eval_str if ev else '-'}  failed {failed:.2f}  step {step_time:.2f}s{saved}")
             verdict = watch.observe(rollout_id, failed, last=rollout_id + 1 == args.num_rollout)
             if verdict is not None:
@@ -313,6 +314,14 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
         stop.restore()
         metrics.close()
     return 0
+
+
+def _loss(value: float) -> str:
+    """The loss as the rollout line shows it. GRPO's loss with no entropy or KL term is ~0 by construction
+    (group-normalised advantages sum to 0 and the first step is on-policy: ratio 1), so `+0.0000` on every
+    rollout said nothing: a value that small shows its magnitude (`-3.1e-09`), and the line carries the
+    gradient norm, which is what moves the policy."""
+    return f"{value:+.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:+.1e}"
 
 
 class _StopRequest:

@@ -181,6 +181,7 @@ class TrainstackLauncher(Launcher):
 
             for point, point_cmd in dry_lines:
                 display.print_sweep_line(point, point_cmd)
+            remove_fresh_sweep_dir(str(sweep_dir))  # Hydra's multirun.yaml: a dry run leaves nothing
             return [self.returned(p, sr.CHECKED, write=False) for p in points]
         sweep_dir.mkdir(parents=True, exist_ok=True)
         t_built = time.perf_counter()

@@ -112,6 +112,7 @@ class TrainstackLocalLauncher(BasicLauncher):
             runs = [self._run_dry_point(c) for c in configs]
             sweep_dir = str(self.config.hydra.sweep.dir)
             sweep_points.remove_empty_dirs(sweep_dir, [str(Path(sweep_dir) / str(c.hydra.job.num)) for c in configs])
+            sweep_points.remove_fresh_sweep_dir(sweep_dir)  # Hydra's multirun.yaml: a dry run leaves nothing
             return runs
         for sweep_config in configs:
             runs.append(run_job(hydra_context=self.hydra_context, task_function=self.task_function,
