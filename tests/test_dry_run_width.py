@@ -87,7 +87,7 @@ def test_cpu_default_fits_and_ends_with_the_verdict(tmp_path, columns):
     text = flat(lines)
     assert "16 prompts x 16 samples = 256 per rollout / global batch 128 = 2 optimizer steps per rollout" in text
     assert "ckpts 6 (every 50 of 300 rollouts, and the last) x 1.2 MiB = 7.1 MiB;" in text and " free at " in text
-    assert "# unset (null or empty): name, output, args, slime.entrypoint," in text  # one line, not a line each
+    assert "# unset (null or empty): name, output, objective, args, slime.entrypoint," in text  # one line, not a line each
     assert not [ln for ln in lines if re.match(r"\s*\w+: (null|\[\]|\{\})$", ln)]
 
 

@@ -155,7 +155,9 @@ def test_what_a_submitting_launcher_returns_for_each_point(launcher, hydra_sweep
         assert ret.return_value.state == sr.CHECKED and ret.return_value.num == num
         with pytest.raises(ValueError, match="dry run"):
             float(ret.return_value)
-    assert multirun_yaml  # kept: the sweeper's multirun.yaml
+    # a dry run (dry_run=true) leaves nothing behind (docs/validation.md), multirun.yaml included; SLURM's
+    # hydra.launcher.dry=true writes the sweep's sbatch scripts and sweep.json for `trainstack status`, and keeps it
+    assert multirun_yaml == (launcher == "slurm")
     # not kept: the task function is not called (a point is a stored run spec, executed where its cluster says)
     assert called == []
     # not kept (as trainstack_local: conf/config.yaml sets hydra.output_subdir=null): no `.hydra/` per point
