@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT, run_py
 
 PKG = ROOT / "trainstack"
-FEATURES = ("trainstack.hub", "trainstack.http_env", "trainstack.tiny", "trainstack.inputs")
+FEATURES = ("trainstack.hub", "trainstack.http_env", "trainstack.tiny", "trainstack.inputs", "trainstack.script_import")
 # The core: every top-level module of the package and the run dir's (the launchers too: a launcher
 # is a plugin of the core and knows no feature either).
 CORE = sorted([*PKG.glob("*.py"), *(PKG / "rundir").glob("*.py"), *(PKG / "launch").glob("*.py")])
