@@ -7,6 +7,7 @@ ConfigErrors, and the config dir is left as it was.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.script_import import flags, plan, proof
-from trainstack.script_import.shell import ScriptError, read_script
+from trainstack.script_import.shell import Reading, ScriptError, read_script
 
 
 @dataclass
@@ -69,9 +70,23 @@ def _error(script: Path, ex: ScriptError) -> ConfigError:
     return ConfigError(where, ex.message, ex.fix)
 
 
-def run_import(script: Path, config_dir: Path | None, *, name: str | None = None, env: dict[str, str] | None = None,
-               slime_root: Path | None = None, force: bool = False, write: bool = True) -> Result:
+@dataclass
+class Draft:
+    """A script read and planned, not yet rendered."""
+
+    script: Path
+    reading: Reading
+    parsed: flags.Parsed
+    plan: plan.Plan
+    target: Path
+    text: str
+
+
+def draft(script: Path, config_dir: Path | None, *, name: str | None = None, env: dict[str, str] | None = None,
+          slime_root: Path | None = None, force: bool = False) -> Draft:
+    """Read the script and plan its experiment; ConfigErrors for whatever stops that (nothing written)."""
     from trainstack.resolve import CONF_DIR
+    from trainstack.secrets import is_secret_name
 
     try:
         reading = read_script(script, env or {}, slime_root)
@@ -79,8 +94,6 @@ def run_import(script: Path, config_dir: Path | None, *, name: str | None = None
         raise ConfigErrors([_error(script, ex)]) from None
     parsed = flags.parse(reading.launch.argv)
     errors = [ConfigError(f"{script}:{p.line}", p.message, p.fix, value=p.value) for p in parsed.problems]
-    from trainstack.secrets import is_secret_name
-
     for dest, flag in parsed.unknown.items():
         if dest in plan.CHECKPOINT_DESTS or is_secret_name(dest):
             continue  # trainstack replaces them: their values do not matter
@@ -96,8 +109,6 @@ def run_import(script: Path, config_dir: Path | None, *, name: str | None = None
         notes.append(f"named {name}-imported: trainstack ships an experiment {name} (give --name to choose)")
         name = f"{name}-imported"
     target = where / "experiment" / f"{name}.yaml"
-    import re
-
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         errors.append(ConfigError("--name", f"'{name}' cannot name an experiment (it names the run id too)",
                                   "use letters, digits, '.', '_' and '-'", value=name))
@@ -108,28 +119,34 @@ def run_import(script: Path, config_dir: Path | None, *, name: str | None = None
                                   f"experiment={name} would be ambiguous", "give --name NEW", value=name))
     if errors:
         raise ConfigErrors(errors)
-    dirs = plan.search_dirs(CONF_DIR, config_dir)
-    made = plan.make(reading, parsed, name, dirs)
+    made = plan.make(reading, parsed, name, plan.search_dirs(CONF_DIR, config_dir))
     made.notes[:0] = notes
-    text = to_yaml(made, script)
+    return Draft(script, reading, parsed, made, target, to_yaml(made, script))
+
+
+def run_import(script: Path, config_dir: Path | None, *, name: str | None = None, env: dict[str, str] | None = None,
+               slime_root: Path | None = None, force: bool = False, write: bool = True) -> Result:
+    """Draft, render from a scratch copy, compare, then (only then) write DIR/experiment/<name>.yaml."""
+    d = draft(script, config_dir, name=name, env=env, slime_root=slime_root, force=force)
+    name = d.target.stem
     with tempfile.TemporaryDirectory(prefix="trainstack-import-") as scratch:
         (Path(scratch) / "experiment").mkdir()
-        (Path(scratch) / "experiment" / f"{name}.yaml").write_text(text, encoding="utf-8")
+        (Path(scratch) / "experiment" / f"{name}.yaml").write_text(d.text, encoding="utf-8")
         extra = [scratch] + ([str(config_dir.resolve())] if config_dir is not None and config_dir.is_dir() else [])
         try:
             run, cmd = proof.render(name, extra)
         except ConfigErrors as err:
-            raise ConfigErrors([_relocated(e, scratch, target) for e in err.errors] + [ConfigError(
+            raise ConfigErrors([_relocated(e, scratch, d.target) for e in err.errors] + [ConfigError(
                 str(script), "the imported experiment does not pass trainstack's checks (above): the script would "
                 "fail as slime runs it, or uses what trainstack refuses", "fix the script (or a copy) and import it "
                 "again")]) from None
-    checked = proof.compare(parsed, reading.launch.entrypoint, run, cmd)
-    result = Result(script, target, made, checked, text, [*reading.notes, *parsed.notes, *made.notes])
+    checked = proof.compare(d.parsed, d.reading.launch.entrypoint, run, cmd)
+    result = Result(script, d.target, d.plan, checked, d.text, [*d.reading.notes, *d.parsed.notes, *d.plan.notes])
     if write:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, target)
+        d.target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = d.target.with_name(f".{d.target.name}.tmp")
+        tmp.write_text(d.text, encoding="utf-8")
+        os.replace(tmp, d.target)
         result.written = True
     return result
 

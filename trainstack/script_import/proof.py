@@ -21,6 +21,7 @@ ADDED = {
     "wandb_dir": "W&B files in the run dir",
     "wandb_random_suffix": "one W&B run per run id (--disable-wandb-random-suffix)",
     "wandb_group": "the W&B group trainstack names after the experiment",
+    "wandb_project": "trainstack's W&B project when none is given (tracking.wandb_project)",
     "num_gpus_per_node": "trainstack's fix for colocated runs on fewer than 8 GPUs (slime#2012)",
     "save_debug_rollout_data": "hub.push_rollouts",
 }

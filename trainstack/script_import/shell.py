@@ -691,6 +691,8 @@ class Shell:
         if name == "shift":
             self.positional = self.positional[1:]
             return 0, frozenset()
+        if node.assigns and (name in self.funcs or name in ("source", ".")):
+            return self._with_prefix(node)
         if name in self.funcs:
             saved = self.positional
             self.positional = list(args)
@@ -724,6 +726,20 @@ class Shell:
             self.launches.append(launch)
             return 0, frozenset()
         return 0, frozenset({Mark("cmd", _short(node.src), line)})
+
+    def _with_prefix(self, node: Simple) -> tuple[int, frozenset[Mark]]:
+        """`VAR=value source file` / `VAR=value func`: the variables hold for that command only."""
+        saved = {a.name: self.vars.get(a.name, _MISSING) for a in node.assigns}
+        for a in node.assigns:
+            self.assign(a)
+        try:
+            return self.simple(Simple([], node.words, node.line, node.src, node.heredocs))
+        finally:
+            for var, old in saved.items():
+                if old is _MISSING:
+                    self.vars.pop(var, None)
+                else:
+                    self.vars[var] = old  # type: ignore[assignment]
 
     def launch_of(self, fields: list[Text], lines: list[int], line: int) -> Launch | None:
         """`[ray job submit ... --] python3 [-u] .../train.py ARGS` -> the launch."""
