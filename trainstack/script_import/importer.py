@@ -15,7 +15,7 @@ from typing import Any
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.script_import import flags, plan, proof
-from trainstack.script_import.shell import Reading, ScriptError, read_script
+from trainstack.script_import.shell import Reading, ScriptError, describe_all, read_script
 
 
 @dataclass
@@ -94,12 +94,19 @@ def draft(script: Path, config_dir: Path | None, *, name: str | None = None, env
         raise ConfigErrors([_error(script, ex)]) from None
     parsed = flags.parse(reading.launch.argv)
     errors = [ConfigError(f"{script}:{p.line}", p.message, p.fix, value=p.value) for p in parsed.problems]
+    by_cause: dict[tuple, list[flags.Flag]] = {}
     for dest, flag in parsed.unknown.items():
         if dest in plan.CHECKPOINT_DESTS or is_secret_name(dest):
             continue  # trainstack replaces them: their values do not matter
-        unknown = sorted({m for m in flag.marks if m.kind in ("env", "cmd", "expansion")}, key=lambda m: m.line)
-        errors.append(ConfigError(f"{script}:{flag.line}", f"{flag.option} {' '.join(flag.tokens)}: import cannot "
-                                  "know this value: it depends on " + ", ".join(m.describe() for m in unknown),
+        causes = tuple(sorted({(m.kind, m.what) for m in flag.marks if m.kind in ("env", "cmd", "expansion")}))
+        by_cause.setdefault(causes, []).append(flag)
+    for group in by_cause.values():  # one message per unknown thing, naming every flag it reaches
+        unknown = sorted({m for f in group for m in f.marks if m.kind in ("env", "cmd", "expansion")},
+                         key=lambda m: (m.line, m.what))
+        seen = describe_all(unknown)
+        values = "; ".join(f"{f.option} {' '.join(f.tokens)} (line {f.line})" for f in group)
+        errors.append(ConfigError(f"{script}:{group[0].line}", f"import cannot know {values}: "
+                                  f"{'it depends' if len(group) == 1 else 'they depend'} on {seen}",
                                   flags.fix_for(unknown)))
     where = (config_dir or CONF_DIR).resolve()
     named = name is not None

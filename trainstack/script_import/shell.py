@@ -74,6 +74,22 @@ class Mark:
             else f"`{self.what}` (line {self.line}), an expansion import does not evaluate"
 
 
+def describe_all(marks) -> str:
+    """Marks of one kind and subject said once, with every line they are on."""
+    lines: dict[tuple[str, str], list[int]] = {}
+    for m in sorted(marks, key=lambda m: (m.line, m.what)):
+        lines.setdefault((m.kind, m.what), [])
+        if m.line not in lines[(m.kind, m.what)]:
+            lines[(m.kind, m.what)].append(m.line)
+    out = []
+    for (kind, what), at in lines.items():
+        one = Mark(kind, what, at[0]).describe()
+        if len(at) > 1:
+            one = one.replace(f"line {at[0]}", "lines " + ", ".join(map(str, at)))
+        out.append(one)
+    return ", ".join(out)
+
+
 @dataclass(frozen=True)
 class Text:
     text: str
