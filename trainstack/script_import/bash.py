@@ -206,6 +206,28 @@ class Tok:
     heredoc: HereDoc | None = None
 
 
+class _Parts:
+    """A word's parts as they are read: literal characters gathered, expansions appended."""
+
+    def __init__(self, quoted: bool):
+        self.quoted = quoted
+        self.parts: list[Part] = []
+        self.buf: list[str] = []
+
+    def flush(self) -> None:
+        if self.buf:
+            self.parts.append(Lit("".join(self.buf), quoted=self.quoted))
+            self.buf.clear()
+
+    def add(self, *parts: Part) -> None:
+        self.flush()
+        self.parts.extend(parts)
+
+    def done(self) -> tuple[Part, ...]:
+        self.flush()
+        return tuple(self.parts)
+
+
 class Lexer:
     """Characters -> tokens. `$(...)` is found by lexing its inside with a nested lexer, so quotes,
     nested substitutions and here-documents inside it are handled as bash does."""
@@ -367,67 +389,58 @@ class Lexer:
         return Tok("ARRAY", line, array=Assign(name, line, array=words, append=bool(plus)))
 
     # a word: literal text, quotes and expansions up to an unquoted metacharacter
-    def _word(self) -> Word:
+    def _word(self, in_brace: bool = False) -> Word:
+        """A word up to an unquoted metacharacter; `in_brace`: the word after an operator inside
+        `${...}`, up to (and past) the closing brace."""
         start, line = self.pos, self.line
-        parts: list[Part] = []
-        buf: list[str] = []
-
-        def flush() -> None:
-            if buf:
-                parts.append(Lit("".join(buf)))
-                buf.clear()
-
+        out = _Parts(quoted=False)
         while True:
             c = self.peek()
-            if not c or c in _META:
+            if in_brace and not c:
+                raise ParseError(line, "`${` is not closed")
+            if in_brace and c == "}":
+                self.pos += 1
+                return Word(out.done(), line, self.src[start:self.pos - 1])
+            if not c or (c in _META and not in_brace):
                 break
             if c == "\\":
                 nxt = self.peek(1)
-                if nxt == "\n":
-                    self.pos += 2
-                    self.line += 1
-                    continue
-                flush()
-                parts.append(Lit(nxt, quoted=True))
                 self.pos += 2
+                if nxt == "\n":
+                    self.line += 1
+                else:
+                    out.add(Lit(nxt, quoted=True))
             elif c == "'":
-                flush()
                 end = self.src.find("'", self.pos + 1)
                 if end < 0:
                     raise ParseError(line, "a single quote is not closed")
                 text = self.src[self.pos + 1:end]
                 self.line += text.count("\n")
-                parts.append(Lit(text, quoted=True))
+                out.add(Lit(text, quoted=True))
                 self.pos = end + 1
             elif c == '"':
-                flush()
                 self.pos += 1
-                parts.extend(self._quoted_text().parts or (Lit("", quoted=True),))
+                out.add(*(self._quoted_text().parts or (Lit("", quoted=True),)))
             elif c == "$" and self.peek(1) == "'":
-                flush()
-                parts.append(self._ansi_c())
+                out.add(self._ansi_c())
             elif c == "$" and self.peek(1) == '"':  # $"..." (locale translation): a double-quoted string
                 self.pos += 1
             elif c == "$" or c == "`":
-                flush()
-                parts.append(self._dollar(quoted=False))
+                out.add(self._dollar(quoted=False))
             else:
-                buf.append(c)
-                self.pos += 1
-        flush()
-        return Word(tuple(parts), line, self.src[start:self.pos])
+                self._char(c, out)
+        return Word(out.done(), line, self.src[start:self.pos])
+
+    def _char(self, c: str, out: _Parts) -> None:
+        if c == "\n":
+            self.line += 1
+        out.buf.append(c)
+        self.pos += 1
 
     def _quoted_text(self, heredoc: bool = False) -> Word:
         """Inside double quotes (or a here-document body): literal text and `$`/backquote expansions."""
         start, line = self.pos, self.line
-        parts: list[Part] = []
-        buf: list[str] = []
-
-        def flush() -> None:
-            if buf:
-                parts.append(Lit("".join(buf), quoted=True))
-                buf.clear()
-
+        out = _Parts(quoted=True)
         while True:
             c = self.peek()
             if not c:
@@ -442,21 +455,16 @@ class Lexer:
                 if nxt == "\n":
                     self.line += 1
                 elif nxt == '"' and heredoc:
-                    buf.append("\\")
-                    buf.append(nxt)
+                    out.buf.append("\\")
+                    out.buf.append(nxt)
                 else:
-                    buf.append(nxt)
+                    out.buf.append(nxt)
                 self.pos += 2
             elif c == "`" or (c == "$" and self._expands(self.peek(1))):
-                flush()
-                parts.append(self._dollar(quoted=True))
+                out.add(self._dollar(quoted=True))
             else:
-                if c == "\n":
-                    self.line += 1
-                buf.append(c)
-                self.pos += 1
-        flush()
-        return Word(tuple(parts), line, self.src[start:self.pos])
+                self._char(c, out)
+        return Word(out.done(), line, self.src[start:self.pos])
 
     @staticmethod
     def _expands(nxt: str) -> bool:
@@ -570,52 +578,8 @@ class Lexer:
             text = self._rest_of_brace(start)
             return Param(name, text, index, op="?unsupported", quoted=quoted)
         self.pos += len(op)
-        arg = self._brace_word()
+        arg = self._word(in_brace=True)
         return Param(name, self.src[start:self.pos], index, op, arg, quoted, length)
-
-    def _brace_word(self) -> Word:
-        """The word after an operator inside `${...}`, up to the closing brace."""
-        line, start = self.line, self.pos
-        parts: list[Part] = []
-        buf: list[str] = []
-
-        def flush() -> None:
-            if buf:
-                parts.append(Lit("".join(buf)))
-                buf.clear()
-
-        while True:
-            c = self.peek()
-            if not c:
-                raise ParseError(line, "`${` is not closed")
-            if c == "}":
-                self.pos += 1
-                break
-            if c == "'":
-                flush()
-                end = self.src.find("'", self.pos + 1)
-                if end < 0:
-                    raise ParseError(line, "a single quote is not closed")
-                parts.append(Lit(self.src[self.pos + 1:end], quoted=True))
-                self.pos = end + 1
-            elif c == '"':
-                flush()
-                self.pos += 1
-                parts.extend(self._quoted_text().parts or (Lit("", quoted=True),))
-            elif c == "\\":
-                flush()
-                parts.append(Lit(self.peek(1), quoted=True))
-                self.pos += 2
-            elif c in ("$", "`"):
-                flush()
-                parts.append(self._dollar(quoted=False))
-            else:
-                if c == "\n":
-                    self.line += 1
-                buf.append(c)
-                self.pos += 1
-        flush()
-        return Word(tuple(parts), line, self.src[start:self.pos - 1])
 
     def _rest_of_brace(self, start: int) -> str:
         end = self.src.find("}", start)

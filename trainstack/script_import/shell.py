@@ -936,21 +936,18 @@ class _Test:
             raise ValueError("trailing words")
         return value
 
-    def or_(self) -> bool:
-        value = self.and_()
-        while self.peek() in ("-o", "||"):
+    def _joined(self, ops: tuple[str, str], operand, combine) -> bool:
+        value = operand()
+        while self.peek() in ops:
             self.i += 1
-            right = self.and_()
-            value = value or right
+            value = combine(value, operand())
         return value
 
+    def or_(self) -> bool:
+        return self._joined(("-o", "||"), self.and_, lambda a, b: a or b)
+
     def and_(self) -> bool:
-        value = self.not_()
-        while self.peek() in ("-a", "&&"):
-            self.i += 1
-            right = self.not_()
-            value = value and right
-        return value
+        return self._joined(("-a", "&&"), self.not_, lambda a, b: a and b)
 
     def not_(self) -> bool:
         if self.peek() == "!" and self.peek(1) is not None:
