@@ -24,8 +24,8 @@ def add_import(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="the experiment's name (default: the script's, without `run-`)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="a variable of the environment the script expects (BASE_DIR=/data); repeatable")
-    p.add_argument("--slime-root", help="the slime checkout sourced files are looked up in (default: $SLIME_ROOT, "
-                                        "else the project's slime/)")
+    p.add_argument("--slime-root", help="the slime checkout sourced files are looked up in (default: the one the "
+                                        "script is in, else $SLIME_ROOT, else the project's slime/)")
     p.add_argument("--force", action="store_true", help="replace an experiment of that name")
     p.add_argument("--print", action="store_true", dest="print_only",
                    help="print the experiment instead of writing it")
@@ -34,11 +34,13 @@ def add_import(sub: argparse._SubParsersAction) -> None:
 
 def cmd_import(ns: argparse.Namespace) -> int:
     from trainstack.errors import ConfigErrors, report_and_exit
-    from trainstack.script_import.importer import default_slime_root, locate, parse_env, run_import
+    from trainstack.script_import.importer import checkout_of, default_slime_root, locate, parse_env, run_import
 
     try:
         slime_root = Path(ns.slime_root).expanduser().resolve() if ns.slime_root else default_slime_root()
         script = locate(ns.script, slime_root)
+        if not ns.slime_root:  # a script inside a slime checkout reads that checkout's files
+            slime_root = checkout_of(script) or slime_root
         config_dir = Path(ns.config_dir).expanduser() if ns.config_dir else None
         if config_dir is not None and config_dir.exists() and not config_dir.is_dir():
             from trainstack.errors import ConfigError
@@ -46,7 +48,7 @@ def cmd_import(ns: argparse.Namespace) -> int:
             raise ConfigErrors([ConfigError("--config-dir", f"{config_dir} is not a directory",
                                             "give a directory (it is created when missing)", value=ns.config_dir)])
         result = run_import(script, config_dir, name=ns.name, env=parse_env(ns.env), slime_root=slime_root,
-                            force=ns.force, write=not ns.print_only)
+                            force=ns.force or ns.print_only, write=not ns.print_only)
     except ConfigErrors as err:
         report_and_exit(err, command="import")
     if ns.print_only:

@@ -37,6 +37,14 @@ def default_slime_root() -> Path | None:
     return path.resolve() if path.is_dir() else None
 
 
+def checkout_of(script: Path) -> Path | None:
+    """The slime checkout a script sits in (a directory above it with train.py and scripts/models/)."""
+    for parent in script.parents:
+        if (parent / "train.py").is_file() and (parent / "scripts" / "models").is_dir():
+            return parent
+    return None
+
+
 def locate(script: str, slime_root: Path | None) -> Path:
     """The script as given, else (a relative path) inside the slime checkout: `scripts/run-qwen3-4B.sh`."""
     path = Path(script).expanduser()
@@ -141,13 +149,14 @@ def run_import(script: Path, config_dir: Path | None, *, name: str | None = None
         (Path(scratch) / "experiment" / f"{name}.yaml").write_text(d.text, encoding="utf-8")
         extra = [scratch] + ([str(config_dir.resolve())] if config_dir is not None and config_dir.is_dir() else [])
         try:
-            run, cmd = proof.render(name, extra)
+            run, cmd = proof.render(name, extra, d.reading.slime_root)
         except ConfigErrors as err:
             raise ConfigErrors([_relocated(e, scratch, d.target) for e in err.errors] + [ConfigError(
                 str(script), "the imported experiment does not pass trainstack's checks (above): the script would "
                 "fail as slime runs it, or uses what trainstack refuses", "fix the script (or a copy) and import it "
                 "again")]) from None
     checked = proof.compare(d.parsed, d.reading.launch.entrypoint, run, cmd)
+    proof.compare_env(d.plan.env, cmd, checked)
     result = Result(script, d.target, d.plan, checked, d.text, [*d.reading.notes, *d.parsed.notes, *d.plan.notes])
     if write:
         d.target.parent.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     nulls: list[str] = field(default_factory=list)  # namespaced keys written as null
     overrides: list[str] = field(default_factory=list)  # namespaced keys written with a value
+    env: "ScriptEnv | None" = None  # the script's runtime env, for the comparison
 
 
 def _load_yaml(path: Path) -> dict:
@@ -206,9 +207,19 @@ def relative_path(dest: str, value: Any) -> bool:
     return False
 
 
-def yaml_value(dest: str, value: Any) -> Any:
+def in_checkout(value: str, slime_root: Path | None) -> str | None:
+    """`value` relative to the slime checkout the script was read in, when it is a path inside it
+    (`${SCRIPT_DIR}/...` of an example: the checkout on the machine that runs it is another)."""
+    if slime_root is None or not value.startswith("/"):
+        return None
+    rel = os.path.relpath(os.path.normpath(value), slime_root)
+    return None if rel == ".." or rel.startswith("../") else rel
+
+
+def yaml_value(dest: str, value: Any, slime_root: Path | None = None) -> Any:
     """A value as the experiment writes it: `${` escaped (OmegaConf would resolve it), a relative path
-    under the slime checkout (where slime's `python3 train.py` runs from)."""
+    or one inside the script's slime checkout under ${slime.root} (where slime's `python3 train.py`
+    runs from)."""
     from trainstack.resolve import PAIRED_PATH_DESTS, PATH_DESTS
 
     def esc(v: Any) -> Any:
@@ -221,13 +232,17 @@ def yaml_value(dest: str, value: Any) -> Any:
         return v
 
     def under_slime(v: Any) -> Any:
-        ok = isinstance(v, str) and v and not v.startswith(("/", "~")) and "://" not in v
-        return "${slime.root}/" + esc(v) if ok else esc(v)
+        if not isinstance(v, str) or not v or v.startswith("~") or "://" in v:
+            return esc(v)
+        rel = in_checkout(v, slime_root) if v.startswith("/") else v
+        return esc(v) if rel is None else "${slime.root}/" + esc(rel)
 
     if dest in PATH_DESTS:
         return under_slime(value)
     if dest in PAIRED_PATH_DESTS and isinstance(value, list):
         return [under_slime(v) if i % 2 == 1 or len(value) == 1 else esc(v) for i, v in enumerate(value)]
+    if dest == "pythonpath" and isinstance(value, list):
+        return [under_slime(v) for v in value]
     return esc(value)
 
 
@@ -292,7 +307,7 @@ def make(reading: Reading, parsed: Parsed, name: str, dirs: tuple[str, ...]) -> 
         if have is not None and have[0] is not None and same(table[dest], have[0], value):
             continue
         ns = have[1] if have is not None else where.get(dest, "args")
-        blocks[ns][dest] = yaml_value(dest, value)
+        blocks[ns][dest] = yaml_value(dest, value, reading.slime_root)
         plan.overrides.append(f"{ns}.{dest}")
     for dest, (value, group) in layer.items():
         if dest in wanted or dest in skip or value is None:
@@ -309,21 +324,27 @@ def make(reading: Reading, parsed: Parsed, name: str, dirs: tuple[str, ...]) -> 
         if dest in wanted and relative_path(dest, flag.value):
             notes.append(f"{flag.option} {' '.join(flag.tokens)} is relative: written under ${{slime.root}} (slime's "
                          "`python3 train.py` runs in its checkout)")
+        elif dest in wanted and yaml_value(dest, flag.value, reading.slime_root) != yaml_value(dest, flag.value):
+            notes.append(f"{flag.option} {' '.join(flag.tokens)} is in the slime checkout the script was read from: "
+                         "written under ${slime.root}")
     _meta_blocks(chosen, blocks, wanted, notes)
     experiment["defaults"] = [{f"override /{g}": plan.choices[g]} for g in (*GROUPS, "cluster")]
     experiment["name"] = name
     if cluster_block:
         experiment["cluster"] = cluster_block
+    plan.env = script_env(reading.launch.runtime_env_json, notes)
+    runtime, slime = runtime_block(plan.env, notes, reading.slime_root)
     entry = reading.launch.entrypoint
     default_entry = (chosen["algo"].meta.get("entrypoint") if chosen["algo"] else None) or "train.py"
     if entry != default_entry:
-        experiment["slime"] = {"entrypoint": entry}
+        slime["entrypoint"] = entry
+    if slime:
+        experiment["slime"] = slime
     for ns in (*GROUPS, "args"):
         if blocks[ns]:
             experiment[ns] = blocks[ns]
-    env_vars = runtime_env(reading.launch.runtime_env_json, notes)
-    if env_vars:
-        experiment["runtime_env"] = {"env_vars": env_vars}
+    if runtime:
+        experiment["runtime_env"] = runtime
     return plan
 
 
@@ -398,41 +419,75 @@ def _meta_blocks(chosen: dict[str, Preset | None], blocks: dict[str, dict[str, A
         notes.append("env.meta.data: []: the script's data paths are used as they are (nothing is downloaded)")
 
 
-def runtime_env(text: Text | None, notes: list[str]) -> dict[str, str]:
-    """The script's `--runtime-env-json` env vars trainstack does not set itself."""
+@dataclass
+class ScriptEnv:
+    """What the script's `--runtime-env-json` gives the trainer, as far as import knows it."""
+
+    vars: dict[str, str] = field(default_factory=dict)  # known, not secret (PYTHONPATH apart)
+    pythonpath: list[str] = field(default_factory=list)  # its PYTHONPATH entries but Megatron's
+    megatron_root: str | None = None
+
+
+DEFAULT_MEGATRON = "/root/Megatron-LM"
+
+
+def script_env(text: Text | None, notes: list[str]) -> ScriptEnv:
+    """The script's runtime env: variables, PYTHONPATH (Megatron's checkout, plugin directories)."""
     import json
 
     from trainstack.secrets import is_secret_name
 
+    out = ScriptEnv()
     if text is None:
-        return {}
+        return out
     if any(m.kind == "cmd" for m in text.unknown):
         notes.append("--runtime-env-json comes from a command import does not run: its variables are not imported; "
                      "set runtime_env.env_vars yourself")
-        return {}
+        return out
     try:
-        data = json.loads(text.text)
-        env = data.get("env_vars") or {}
+        env = json.loads(text.text).get("env_vars") or {}
     except (ValueError, AttributeError):
         notes.append("--runtime-env-json is not JSON import can read: its variables are not imported")
-        return {}
-    out: dict[str, str] = {}
-    unknown_names = {m.what for m in text.unknown}
+        return out
+    unknown = bool(text.unknown)
     for key, value in sorted(env.items()):
         value = str(value)
-        if key in MANAGED_ENV:
-            if key == "PYTHONPATH" and {p.rstrip("/") for p in value.split(":") if p} - {"/root/Megatron-LM"}:
-                notes.append(f"runtime env PYTHONPATH={value} not imported: trainstack builds it from "
-                             "slime.megatron_root and runtime_env.pythonpath")
-            continue
         if is_secret_name(key):
             notes.append(f"runtime env {key} left out: export it in the launching shell (never in a config)")
-            continue
-        if "$" in value and unknown_names:
+        elif "$" in value and unknown:
             notes.append(f"runtime env {key}={value} not imported: its value comes from the launching shell")
-            continue
-        out[key] = value.replace("${", "\\${")
+        elif key == "PYTHONPATH":
+            for entry in (e.rstrip("/") for e in value.split(":") if e):
+                if entry.endswith("/Megatron-LM"):
+                    out.megatron_root = entry
+                elif "$" not in entry:
+                    out.pythonpath.append(entry)
+        else:
+            out.vars[key] = value
+    if out.pythonpath:
+        notes.append(f"runtime env PYTHONPATH: {':'.join(out.pythonpath)} written as runtime_env.pythonpath "
+                     "(trainstack builds PYTHONPATH from slime.megatron_root and it)")
     return out
+
+
+def runtime_block(env: ScriptEnv, notes: list[str], slime_root: Path | None = None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(runtime_env:, slime:) entries for what trainstack does not set the same way itself."""
+    block: dict[str, Any] = {}
+    slime: dict[str, Any] = {}
+    extra = {k: v.replace("${", "\\${") for k, v in env.vars.items()
+             if k not in MANAGED_ENV or (k in ("CUDA_DEVICE_MAX_CONNECTIONS", "PYTHONUNBUFFERED") and v != "1")}
+    if "NCCL_NVLS_ENABLE" in env.vars:
+        notes.append(f"runtime env NCCL_NVLS_ENABLE={env.vars['NCCL_NVLS_ENABLE']} not imported: trainstack sets it "
+                     "from cluster.has_nvlink")
+    if extra:
+        block["env_vars"] = extra
+    if env.pythonpath:
+        block["pythonpath"] = yaml_value("pythonpath", list(env.pythonpath), slime_root)
+    if env.megatron_root and env.megatron_root != DEFAULT_MEGATRON:
+        slime["megatron_root"] = env.megatron_root
+        notes.append(f"slime.megatron_root: {env.megatron_root} (the script's PYTHONPATH)")
+    return block, slime
 
 
 def search_dirs(conf_dir: Path, config_dir: Path | None) -> tuple[str, ...]:

@@ -40,12 +40,29 @@ class Proof:
         return not self.different and self.entrypoint[0] == self.entrypoint[1]
 
 
-def render(name: str, dirs: list[str]) -> tuple[Any, Any]:
-    """Compose `experiment=<name>` with `dirs` added to the shipped tree, as `--config-dir` does."""
+def render(name: str, dirs: list[str], slime_root: Path | None = None) -> tuple[Any, Any]:
+    """Compose `experiment=<name>` with `dirs` added to the shipped tree, as `--config-dir` does; with the
+    slime checkout the script was read in as slime.root, so paths inside it compare as they are."""
     from trainstack.pipeline import build_from_overrides
 
     searchpath = ",".join(f"file://{os.path.abspath(d)}" for d in dirs)
-    return build_from_overrides([f"hydra.searchpath=[{searchpath}]", f"experiment={name}"])
+    root = [f"slime.root={slime_root}"] if slime_root is not None else []
+    return build_from_overrides([f"hydra.searchpath=[{searchpath}]", f"experiment={name}", *root])
+
+
+def compare_env(env: Any, cmd: Any, proof: Proof) -> None:
+    """The script's runtime env in the rendered one: each variable trainstack does not set from the
+    cluster, each PYTHONPATH entry."""
+    if env is None:
+        return
+    for key, value in sorted(env.vars.items()):
+        if key != "NCCL_NVLS_ENABLE" and cmd.env.get(key) != value:
+            proof.different.append(f"runtime env {key}: the script gives {value!r}, trainstack {cmd.env.get(key)!r}")
+    have = {p.rstrip("/") for p in cmd.env.get("PYTHONPATH", "").split(":")}
+    wanted = [*env.pythonpath, *([env.megatron_root] if env.megatron_root else [])]
+    for entry in wanted:
+        if entry.rstrip("/") not in have:
+            proof.different.append(f"runtime env PYTHONPATH: trainstack's lacks {entry}")
 
 
 def compare(script: Parsed, entrypoint: str, run: Any, cmd: Any) -> Proof:

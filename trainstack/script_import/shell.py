@@ -131,6 +131,7 @@ class Reading:
     launch: Launch
     sourced: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    slime_root: Path | None = None  # the checkout sourced files fall back to
 
 
 class ScriptError(Exception):
@@ -1113,4 +1114,4 @@ def read_script(path: Path, env: dict[str, str], slime_root: Path | None) -> Rea
         lines = ", ".join(str(launch.line) for launch in shell.launches)
         raise ScriptError(shell.launches[1].line, f"the script launches slime {len(shell.launches)} times "
                           f"(lines {lines})", "import one launch at a time: keep one in a copy of the script")
-    return Reading(path, shell.launches[0], shell.sourced, shell.notes)
+    return Reading(path, shell.launches[0], shell.sourced, shell.notes, slime_root)
