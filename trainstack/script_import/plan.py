@@ -78,18 +78,18 @@ def presets(group: str, dirs: tuple[str, ...]) -> tuple[Preset, ...]:
     return tuple(seen.values())
 
 
-def model_of(reading: Reading, dirs: tuple[str, ...]) -> str | None:
-    """The model preset of the last `scripts/models/<name>.sh` the script sources, if one is shipped."""
+def models_of(reading: Reading, dirs: tuple[str, ...]) -> list[str]:
+    """The model presets made from the `scripts/models/<name>.sh` files the script sources (a file may
+    source another: `qwen3.5-35B-A3B-vl.sh` sources `qwen3.5-35B-A3B.sh`), those trainstack ships."""
     by_source = {str(p.meta.get("source")): p.name for p in presets("model", dirs)}
     names = {p.name for p in presets("model", dirs)}
-    for path in reversed(reading.sourced):
+    out: list[str] = []
+    for path in reading.sourced:
         if path.parent.name == "models":
-            key = f"scripts/models/{path.name}"
-            if key in by_source:
-                return by_source[key]
-            if path.stem in names:
-                return path.stem
-    return None
+            name = by_source.get(f"scripts/models/{path.name}") or (path.stem if path.stem in names else None)
+            if name and name not in out:
+                out.append(name)
+    return out
 
 
 def _layer(chosen: list[Preset | None]) -> dict[str, tuple[Any, str]]:
@@ -117,15 +117,16 @@ def _cost(layer: dict[str, tuple[Any, str]], wanted: dict[str, Any], skip: set[s
     return lines + NULL_WEIGHT * nulls, nulls
 
 
-def choose(wanted: dict[str, Any], model: str | None, dirs: tuple[str, ...], skip: set[str]
+def choose(wanted: dict[str, Any], models: list[str], dirs: tuple[str, ...], skip: set[str]
            ) -> tuple[dict[str, Preset | None], tuple[int, int]]:
-    """The model/algo/env options (or none) with the fewest experiment lines."""
+    """The model/algo/env options (or none) with the fewest experiment lines; the model among `models`
+    (the sourced ones) when there are any."""
     table = at.load_table()
     train_only = bool(wanted.get("debug_train_only")) or wanted.get("load_debug_rollout_data") is not None
     options: dict[str, list[Preset | None]] = {g: [None, *(p for p in presets(g, dirs) if not p.meta.get("http_env"))]
                                                for g in GROUPS}  # an HTTP env brings its server and settings file
-    if model is not None:
-        options["model"] = [p for p in presets("model", dirs) if p.name == model]
+    if models:
+        options["model"] = [p for p in presets("model", dirs) if p.name in models]
     best: tuple[tuple, dict[str, Preset | None]] | None = None
     for combo in itertools.product(*(options[g] for g in GROUPS)):
         score, nulls = _cost(_layer(list(combo)), wanted, skip, train_only, table)
@@ -290,10 +291,9 @@ def make(reading: Reading, parsed: Parsed, name: str, dirs: tuple[str, ...]) -> 
             from trainstack.resolve import MANAGED_DESTS
 
             notes.append(f"{f.option} {f.value} (line {f.line}) left out: {MANAGED_DESTS[dest]}")
-    model = model_of(reading, dirs)
     settings = cluster_settings(wanted)
     skip = set(CLUSTER_DESTS)
-    chosen, _ = choose(wanted, model, dirs, skip)
+    chosen, _ = choose(wanted, models_of(reading, dirs), dirs, skip)
     layer = _layer(list(chosen.values()))
     experiment: dict[str, Any] = {}
     plan = Plan(name, {g: (p.name if p else None) for g, p in chosen.items()}, experiment, notes)
