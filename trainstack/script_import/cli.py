@@ -51,10 +51,12 @@ def cmd_import(ns: argparse.Namespace) -> int:
                             force=ns.force or ns.print_only, write=not ns.print_only)
     except ConfigErrors as err:
         report_and_exit(err, command="import")
+    from trainstack.secrets import redact_text
+
     if ns.print_only:
         sys.stdout.write(result.text)
         return 0 if result.proof.exact else 1
-    print(report(result, ns.config_dir))
+    print(redact_text(report(result, ns.config_dir)))
     return 0 if result.proof.exact else 1
 
 

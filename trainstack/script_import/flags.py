@@ -196,8 +196,11 @@ def _store(out: Parsed, flag: Flag, append: bool) -> None:
     if append:
         flag.value = [*(old.value if old else []), flag.value]
     elif old is not None and old.value != flag.value:
+        from trainstack.secrets import is_secret_name
+
+        last = "<redacted>" if is_secret_name(flag.dest) else repr(flag.value)
         out.notes.append(f"line {flag.line}: {flag.option} is given again (first at line {old.line}); slime takes "
-                         f"the last, {flag.value!r}")
+                         f"the last, {last}")
     out.unknown.pop(flag.dest, None)
     out.flags[flag.dest] = flag
 
