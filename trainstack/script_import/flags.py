@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from trainstack import argtable as at
-from trainstack.script_import.shell import DIRECT, Mark, Token
+from trainstack.script_import.shell import Mark, Token
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
 _SWITCHES = {"_StoreTrueAction": True, "DeprecatedStoreTrueAction": True, "_StoreFalseAction": False}
@@ -217,10 +217,6 @@ def from_argv(argv: list[str]) -> Parsed:
     from trainstack.script_import.shell import Text
 
     return parse([Token(Text(t), 0) for t in argv], "the rendered argv")
-
-
-def direct_marks(marks: frozenset[Mark]) -> list[Mark]:
-    return sorted((m for m in marks if m.kind in DIRECT), key=lambda m: (m.line, m.what))
 
 
 def same(spec: at.ArgSpec | None, a: Any, b: Any) -> bool:

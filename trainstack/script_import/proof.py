@@ -115,6 +115,3 @@ def _under(root: str, dest: str, script: Any, rendered: Any) -> bool:
                    for a, b in zip(script, rendered))
     return isinstance(script, str) and same(None, os.path.normpath(os.path.join(root, script)), rendered)
 
-
-def checked_dirs(where: Path, extra: Path | None) -> list[str]:
-    return [str(where)] + ([str(extra)] if extra is not None else [])
