@@ -126,6 +126,12 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "trainstack env list": (0, "chain_sum"),
     "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "the generate function will use the env server at http://127.0.0.1:18080"),
+    # docs/import.md
+    "trainstack import scripts/run-qwen3-4B.sh --config-dir my-conf":
+        (0, "the experiment renders the script's argv: 70 flags the same"),
+    "trainstack render --config-dir my-conf experiment=qwen3-4B --format shell": (0, "--hf-checkpoint /root/Qwen3-4B"),
+    "trainstack import scripts/run-qwen3-235B-A22B.sh --config-dir my-conf --env BASE_FOLDER=/data --env MASTER_ADDR=10.0.0.1":
+        (0, "presets : model=qwen3-235B-A22B algo=gspo env=dapo_math"),
     # docs/tiny_trainer.md (/tmp/ paths are taken in the scratch directory)
     "python -m trainstack.tiny.arithmetic --out /tmp/arith": (0, "train: "),
     "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "

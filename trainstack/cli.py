@@ -103,7 +103,8 @@ def add_diff_compare(sub) -> None:
     p.add_argument("a", help="run id | run dir | experiment | 'key=value ...' | default")
     p.add_argument("b", nargs="?", help="as A (omit with --against-defaults)")
     p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
-    p.add_argument("--config-dir", help="config tree for composed specs (default: the project's conf/)")
+    p.add_argument("--config-dir", help="config tree for composed specs instead of the project's conf/; a directory "
+                                        "of presets only (no config.yaml) is added to it, as run.py's --config-dir")
     p.add_argument("--against-defaults", action="store_true",
                    help="compare A with its experiment's base (experiment=E alone), else with the default config")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -325,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for run.py")
     p.add_argument("--output", "-o", help="write to this file instead of stdout")
     p.add_argument("--format", choices=("json", "shell", "lines"), default="json")
-    p.add_argument("--config-dir", help="config tree to compose (default: the project's conf/)")
+    p.add_argument("--config-dir", help="config tree to compose instead of the project's conf/; a directory of "
+                                        "presets only (no config.yaml) is added to it, as run.py's --config-dir")
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("args", help="look up slime arguments")
     p.add_argument("name", nargs="?", help="a dest or flag, e.g. rollout_batch_size or --rollout-batch-size")

@@ -32,6 +32,8 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
     from trainstack.overrides import normalise_argv
 
     conf = str(conf_dir or CONF_DIR)
+    if conf_dir is not None:
+        conf, overrides = config_dir_overrides(conf, overrides)
     normalised = normalise_argv(list(overrides), conf)
     try:
         with initialize_config_dir(config_dir=conf, version_base="1.3", job_name="trainstack"):
@@ -47,6 +49,21 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
     origin.search_dirs = config_dirs(cfg.hydra)  # a --config-dir's presets are attributed to their files
     with_hydra_removed = OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
     return with_hydra_removed, origin
+
+
+def config_dir_overrides(conf_dir: str, overrides: Sequence[str]) -> tuple[str, list[str]]:
+    """`--config-dir DIR` of the `trainstack` commands: a whole tree (DIR/config.yaml) replaces the shipped
+    one; a directory of presets only (`experiment/mine.yaml`, as `trainstack import` writes) is added to
+    the shipped tree, as run.py's (Hydra's) --config-dir does."""
+    from pathlib import Path
+
+    path = Path(conf_dir).expanduser().resolve()
+    if not path.is_dir():
+        raise ConfigErrors([ConfigError("--config-dir", f"{conf_dir} is not a directory", "give the directory that "
+                                        "holds your presets (experiment/, model/, ...)", value=conf_dir)])
+    if (path / f"{PRIMARY_CONFIG}.yaml").is_file():
+        return str(path), list(overrides)
+    return str(CONF_DIR), [f"hydra.searchpath=[file://{path}]", *overrides]
 
 
 def build_from_overrides(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple[ResolvedRun, SlimeCommand]:
