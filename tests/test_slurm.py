@@ -84,7 +84,7 @@ DOC = {
     "held": "python run.py -m hydra/launcher=slurm hydra.sweep.dir=held +hydra.launcher.additional_parameters.hold=true "
             "name=slurm-held env.num_rollout=3 algo.lr=1e-3,2e-3",
     "apart": "python run.py -m hydra/launcher=slurm hydra.launcher.shared_run_dirs=false hydra.sweep.dir=apart "
-             "env.num_rollout=3 algo.lr=1e-3,2e-3",
+             "name=slurm-apart env.num_rollout=3 algo.lr=1e-3,2e-3",
     "compare_apart": "trainstack compare apart",
     "status": "trainstack status sweep",
     "status_json": "trainstack status sweep --json",
