@@ -246,6 +246,11 @@ def cmd_commander(ns: argparse.Namespace) -> int:
         from trainstack.launch.lium import STATE_DIR
 
         return stop_local(STATE_DIR)
+    from trainstack.extras import problem
+
+    missing = problem("commander", "lium", "the Lium commander (Lium's SDK, its HTTP API)")
+    if missing:
+        raise ConfigErrors(missing)
     return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
                  worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
                  start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from trainstack import slime_root
 from trainstack.argtable import load_table
 from trainstack.errors import ConfigError
 from trainstack.plugin_paths import locate
@@ -104,6 +105,7 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     """Checks about the machine the trainer runs on: slime checkout, inputs, plugins, runs_root."""
     errors: list[ConfigError] = []
     if only is None:
+        errors += backend_extra_problems(facts)
         errors += slime_checkout_problems(facts)
     errors += input_path_problems(facts, only=only)
     if only is None:
@@ -114,46 +116,74 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     return errors
 
 
+def backend_extra_problems(facts: HostFacts) -> list[ConfigError]:
+    """A trainer that runs in this Python (the tiny one) needs its extra's modules installed here."""
+    from trainstack.backends import BACKENDS
+    from trainstack.extras import problem
+
+    backend = BACKENDS.get(facts.backend)
+    if backend is None or backend.extra is None:
+        return []
+    errors = problem("cluster.backend", backend.extra, f"the {backend.name} backend (the CPU trainer and slime's "
+                     "rollout code)", backend.imports, value=backend.name)
+    if facts.args.get("use_wandb"):  # the trainer logs to W&B itself (trainstack/tiny/metrics.py)
+        errors += problem(facts.key_of("use_wandb"), "wandb", "W&B logging", value=True)
+    return errors
+
+
+def slime_checkout(facts: HostFacts) -> tuple[Path, Path] | None:
+    """(the slime checkout a launch uses, the file it needs there): slime's entrypoint
+    (`python3 <slime.root>/train.py`), or for a trainstack trainer the `slime` package it imports
+    (`$TRAINSTACK_SLIME_ROOT`, set from slime.root: trainstack/slime_root.py)."""
+    if facts.backend == "slime":
+        entry = facts.command.entrypoint
+        return (Path(entry[1]).parent, Path(entry[1])) if len(entry) > 1 else None
+    root = facts.command.env.get(slime_root.ENV)
+    return (Path(root), Path(root).joinpath(*slime_root.SOURCE_MARK)) if root else None
+
+
 def slime_script(facts: HostFacts) -> Path | None:
     """The slime entrypoint a launch would start (`python3 <slime.root>/train.py`)."""
-    if facts.backend != "slime":
-        return None
-    entry = facts.command.entrypoint
-    return Path(entry[1]) if len(entry) > 1 else None
+    found = slime_checkout(facts) if facts.backend == "slime" else None
+    return found[1] if found else None
 
 
 def slime_checkout_problems(facts: HostFacts) -> list[ConfigError]:
-    """The checkout has the entrypoint and is at the commit the argument table was read from."""
-    script = slime_script(facts)
-    if script is None:
+    """The checkout has what the trainer needs and is at the commit the argument table was read from."""
+    found = slime_checkout(facts)
+    if found is None:
         return []
-    if script.is_file():
-        return version_problems(script.parent, load_table().slime_commit)
-    return [ConfigError("slime.root", f"the slime checkout this run uses has no {script.name}: {script} does not "
-                        "exist on this machine, which is where the trainer would run",
-                        "`git submodule update --init slime` in the trainstack checkout, or set "
-                        "slime.root=/path/to/slime (or SLIME_ROOT); to only inspect the command use "
-                        "`trainstack render ...`", value=str(script.parent))]
+    root, needed = found
+    commit = load_table().slime_commit
+    if needed.is_file():
+        return version_problems(root, commit)
+    what = "the trainer would start" if facts.backend == "slime" else "the CPU backend runs slime's rollout code from"
+    return [ConfigError("slime.root", f"the slime checkout this run uses has no {needed.relative_to(root)}: {needed} "
+                        f"does not exist on this machine, which is where the trainer would run ({what} it)",
+                        slime_root.fetch_fix(root, commit) + "; to only inspect the command use `trainstack render "
+                        "...`", value=str(root))]
 
 
 def checkout_notes(facts: HostFacts) -> list[str]:
     """The slime checkout a run will use, and whether this machine has it."""
-    script = slime_script(facts)
-    if script is None:
+    found = slime_checkout(facts)
+    if found is None:
         return []
-    here = "present on this machine" if script.is_file() else "NOT present on this machine"
+    root, needed = found
+    here = "present on this machine" if needed.is_file() else "NOT present on this machine"
     where = "" if facts.runs_here else f" (the {facts.launcher} host needs it, not this one)"
-    return [f"slime checkout: {script.parent} ({script.name} {here}){where}; relative slime.root values are taken "
-            "from the directory you launch in"]
+    return [f"slime checkout: {root} ({needed.relative_to(root)} {here}){where}; relative slime.root values are "
+            "taken from the directory you launch in"]
 
 
 def deferred_checks(facts: HostFacts) -> list[str]:
     """What the remote host checks before the trainer starts (`trainstack exec`)."""
     out = []
-    script = slime_script(facts)
-    if script is not None:
-        out.append(f"slime checkout {script.parent} has {script.name}")
-        out.append(f"slime checkout {script.parent} is at slime {load_table().slime_commit[:12]} (the argument "
+    found = slime_checkout(facts)
+    if found is not None:
+        root, needed = found
+        out.append(f"slime checkout {root} has {needed.relative_to(root)}")
+        out.append(f"slime checkout {root} is at slime {load_table().slime_commit[:12]} (the argument "
                    "table's commit)")
     for dest, kind, path in _inputs(facts):
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")

@@ -21,6 +21,7 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
 from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
+from trainstack.slime_root import resolve as resolve_slime_root
 from trainstack.schema import (
     DEST_NAMESPACES,
     HubSpec,
@@ -486,7 +487,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     paths: PathsSpec = typed["paths"]
     paths = PathsSpec(**{k: absolute(getattr(paths, k), origin.cwd) for k in ("runs_root", "models_root", "data_root")})
     slime: SlimeSpec = typed["slime"]
-    slime = SlimeSpec(root=absolute(slime.root, origin.cwd),
+    slime = SlimeSpec(root=resolve_slime_root(slime.root, origin.cwd),
                       megatron_root=absolute(slime.megatron_root, origin.cwd) if slime.megatron_root else None,
                       entrypoint=slime.entrypoint)
     entrypoint = slime.entrypoint or meta.get("algo", {}).get("entrypoint") or "train.py"

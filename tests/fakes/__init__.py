@@ -98,6 +98,7 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
 
     old = os.getcwd()
     os.chdir(cwd)
+    (cwd / "slime").mkdir(exist_ok=True)  # the run's slime.root (unset: ./slime when it exists), never ours
     try:
         run, cmd = build_from_overrides(overrides)
     finally:

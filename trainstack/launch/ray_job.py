@@ -235,6 +235,12 @@ class RayJobLauncher(Launcher):
     def runs_here(cls, settings: dict) -> bool:
         return (urlparse(str(settings.get("address") or DEFAULT_ADDRESS)).hostname or "") in LOOPBACK
 
+    def submit_host_problems(self, dry: bool = False):
+        """Submitting a Ray job (and starting a head) takes Ray's client: the `ray` extra."""
+        from trainstack.extras import problem
+
+        return problem("cluster.launcher", "ray", "the ray_job launcher (Ray's job client)", value="ray_job")
+
     def execute(self, spec: RunSpec) -> int:
         from trainstack.errors import ConfigError, ConfigErrors
         from trainstack.lifecycle import execute
