@@ -23,10 +23,10 @@ if [ -n "$bundle" ]; then
     fi
     echo "slime/: empty; filling it at ${pinned:0:8} from the bundle $bundle (its URL stays $url in .gitmodules)"
     git config submodule.slime.url "$(realpath "$bundle")"
-    fill=(git -c protocol.file.allow=always submodule update --init --progress slime)
+    fill=(git -c protocol.file.allow=always submodule update --init slime)
 else
     echo "slime/: empty; filling it at ${pinned:0:8} from $url (git submodule update --init slime)"
-    fill=(git submodule update --init --progress slime)
+    fill=(git submodule update --init slime)
 fi
 if ! "${fill[@]}"; then
     echo "fill-slime: could not fill slime/ from ${bundle:-$url}. Offline, use a git bundle of slime at" \
