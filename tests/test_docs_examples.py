@@ -36,7 +36,8 @@ def reading_order() -> list[Path]:
 
 DOCS = reading_order()
 WALK = "walk"  # the one scratch directory (under the worker's pytest base temp) the docs are followed in
-OWN_TESTS = {"compare.md", "slurm.md", "hub.md", "lium.md"}  # hub.md: test_hub_runs.py, lium.md: test_lium.py
+OWN_TESTS = {"compare.md", "slurm.md", "hub.md", "lium.md",  # hub.md: test_hub_runs.py, lium.md: test_lium.py
+             "install.md"}  # test_packaging.py: a fresh venv with the wheel, outside the checkout
 NOT_RUN = "(not run in tests"
 VENV = ROOT / ".venv"
 
