@@ -208,7 +208,9 @@ def test_a_plain_clone_is_refused_until_make_install_fills_slime(tmp_path):
         assert r.returncode == 2 and f"{clone}/slime/slime/__init__.py does not exist" in r.stderr, r.stderr[-3000:]
         assert f"`git submodule update --init slime` in {clone}" in r.stderr and "Traceback" not in r.stderr
     assert not (clone / "runs").exists() and not (tmp_path / "runs").exists()
-    bundle = ROOT.parent / "shared" / "upstream" / f"slime-{load_table().slime_commit[:8]}.bundle"
+    name = f"slime-{load_table().slime_commit[:8]}.bundle"  # ../shared beside the checkout (.ci/run), or a worktree's
+    bundle = next((p for p in (ROOT.parent / "shared" / "upstream" / name, ROOT.parents[1] / "shared" / "upstream" / name)
+                   if p.is_file()), ROOT.parent / "shared" / "upstream" / name)
     if not bundle.is_file():
         pytest.skip(f"no slime bundle at {bundle} to fill the clone's submodule from (CI has one)")
     fill = subprocess.run([str(clone / "scripts" / "fill-slime.sh"), str(bundle)], capture_output=True, text=True,
