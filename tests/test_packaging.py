@@ -142,15 +142,15 @@ def test_the_wheel_with_the_cpu_extra_runs_the_install_doc_from_an_empty_directo
         line = line.replace(slime_root.URL, str(ROOT / "slime"))
         script += [f"echo {shlex.quote('@@@ ' + cmd)}", line]
     started = time.monotonic()
-    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=home, env=user_env(home), capture_output=True,
-                       text=True, timeout=1200)
-    out = r.stdout + r.stderr
+    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=home, env=user_env(home), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=1200)
+    out = r.stdout  # stderr too, in order: each command's output follows its `@@@ command` line
     assert r.returncode == 0, out[-5000:]
-    outputs = dict(part.split("\n", 1) for part in ("\n" + r.stdout).split("\n@@@ ")[1:])
+    outputs = {cmd: rest for cmd, _, rest in (p.partition("\n") for p in ("\n" + out).split("\n@@@ ")[1:])}
     runs = [c for c in cmds if c.startswith("trainstack run") and "dry_run" not in c]
     assert "ok: ready to launch" in outputs[next(c for c in cmds if "dry_run=true" in c)]
-    assert len(runs) == 2 and all("(finished, exit code 0)" in outputs[c] for c in runs), out[-5000:]
-    assert "rollout 2/2" in r.stderr and "cpu-agentic-" in outputs[runs[1]]
+    assert len(runs) == 2 and all("(finished, exit code 0)" in outputs.get(c, "") for c in runs), out[-5000:]
+    assert "rollout 2/2" in outputs[runs[0]] and "cpu-agentic-" in outputs[runs[1]]
     assert "tiny-grpo-arithmetic-" in outputs["trainstack status"] and "cpu-agentic-" in outputs["trainstack status"]
     assert (home / "rl" / "rewards.png").stat().st_size > 1000 and not (home / "rl" / "slime").exists()
     site = next((home / "venvs" / "trainstack" / "lib").glob("python3*/site-packages"))
