@@ -216,3 +216,14 @@ def test_slimes_cpu_path_imports_ray_and_wandb_without_them(tmp_path):
     assert "standin True True" in res.stdout, res.stderr[-3000:]
     assert "ModuleNotFoundError: ray.get: ray is not installed" in res.stderr
     assert "pip install 'trainstack[ray]'" in res.stderr
+
+
+def test_make_install_says_what_it_does_and_shows_pips_progress():
+    """`make install` was minutes of `pip -q` silence: it fills slime/ first and lets pip report."""
+    make = subprocess.run(["make", "-n", "-s", "-C", str(ROOT), "install", "-W", "pyproject.toml"], capture_output=True,
+                          text=True, timeout=60)
+    assert make.returncode == 0, make.stderr
+    lines = make.stdout.splitlines()
+    pip = [ln for ln in lines if " -m pip install" in ln]
+    assert pip and not any(re.search(r"\s-q\b", ln) for ln in pip), pip
+    assert lines[0].startswith("scripts/fill-slime.sh") and any("make install: creating" in ln for ln in lines)

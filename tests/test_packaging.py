@@ -196,8 +196,8 @@ def check_the_installed_package_elsewhere(venv: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_plain_clone_is_refused_until_make_install_fills_slime(tmp_path):
     """`git clone` without --recursive: the dry run refuses the empty slime/ with the submodule command (it
-    said "ready" and the run died with a traceback); scripts/fill-slime.sh (`make install`) fills it from a
-    bundle, as CI's offline machines do, and the same dry run is ready."""
+    said "ready" and the run died with a traceback); `make install`'s first step fills it from a bundle, as an
+    offline machine does (`make install SLIME_BUNDLE=...`), and the same dry run is ready."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", str(clone)], check=True, timeout=120)
     assert (clone / "slime").is_dir() and not any((clone / "slime").iterdir())
@@ -213,11 +213,11 @@ def test_a_plain_clone_is_refused_until_make_install_fills_slime(tmp_path):
                    if p.is_file()), ROOT.parent / "shared" / "upstream" / name)
     if not bundle.is_file():
         pytest.skip(f"no slime bundle at {bundle} to fill the clone's submodule from (CI has one)")
-    fill = subprocess.run([str(clone / "scripts" / "fill-slime.sh"), str(bundle)], capture_output=True, text=True,
-                          timeout=300)
+    fill = subprocess.run(["make", "-C", str(clone), "slime-source", f"SLIME_BUNDLE={bundle}"], capture_output=True,
+                          text=True, timeout=300)  # what `make install` runs first
     assert fill.returncode == 0 and "slime/: empty; filling it at" in fill.stdout, fill.stdout + fill.stderr
     r = subprocess.run([sys.executable, str(clone / "run.py"), "dry_run=true"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120, env={**os.environ, **env})
     assert r.returncode == 0 and f"slime checkout: {clone}/slime (slime/__init__.py present" in r.stdout, r.stderr
-    again = subprocess.run([str(clone / "scripts" / "fill-slime.sh")], capture_output=True, text=True, timeout=60)
+    again = subprocess.run(["make", "-C", str(clone), "slime-source"], capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "slime/: filled, at" in again.stdout  # a filled one is left as it is
