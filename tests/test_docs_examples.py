@@ -58,7 +58,8 @@ EXPECT: dict[str, tuple[int, Check]] = {
         (0, "launch (the trainer runs on a lium host)"),
     "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true output=cmd.json":
         (0, lambda out, cwd: '"ray_submit"' in (cwd / "cmd.json").read_text()),
-    "python run.py experiment=qwen3-4B-grpo-dapo dry_run=true": (0, "slime checkout: "),
+    "python run.py experiment=qwen3-4B-grpo-dapo slime.root=/opt/slime dry_run=true":
+        (2, "git clone https://github.com/THUDM/slime.git /opt/slime && git -C /opt/slime checkout "),
     "trainstack render experiment=qwen3-4B-grpo-dapo --format shell": (0, "ray job submit --address="),
     "trainstack render experiment=qwen3-4B-base-sft -o sft.json":
         (0, lambda out, cwd: "train_async.py" in (cwd / "sft.json").read_text()),
