@@ -196,11 +196,16 @@ def test_the_user_sees_one_message_naming_the_extra(tmp_path, modules, argv, key
     assert files_under(tmp_path) == []
 
 
-def test_compare_plot_without_matplotlib_names_the_extra(tmp_path):
-    res = run_hiding("matplotlib", "compare", "some-run", "--plot", "out.png", cwd=tmp_path, cli=True)
-    assert res.returncode == 2 and "error: --plot: a plot needs the `cpu` extra: matplotlib" in res.stderr, \
-        res.stderr
-    assert "pip install 'trainstack[cpu]'" in res.stderr and "Traceback" not in res.stderr
+@pytest.mark.parametrize("modules,argv,error,extra", [
+    ("matplotlib", ["compare", "some-run", "--plot", "out.png"], "--plot: a plot needs the `cpu` extra: matplotlib",
+     "cpu"),
+    ("lium", ["commander", "serve"], "commander: the Lium commander (Lium's SDK, its HTTP API) needs the `lium` extra",
+     "lium"),
+])
+def test_commands_without_their_extra_name_it(tmp_path, modules, argv, error, extra):
+    res = run_hiding(modules, *argv, cwd=tmp_path, cli=True)
+    assert res.returncode == 2 and f"error: {error}" in res.stderr, res.stderr
+    assert f"pip install 'trainstack[{extra}]'" in res.stderr and "Traceback" not in res.stderr
     assert files_under(tmp_path) == []
 
 
