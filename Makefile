@@ -5,21 +5,32 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint pyc bench bench-slurm bench-lium golden install
+.PHONY: run test test-fast lint pyc bench bench-slurm bench-lium golden install slime-source
+
+# SLIME_BUNDLE: a git bundle of slime at the pinned commit, to fill slime/ on a machine that cannot reach
+# GitHub (`make install SLIME_BUNDLE=/path/slime-624b824a.bundle`; docs/install.md)
+SLIME_BUNDLE ?=
 
 $(STAMP): pyproject.toml
+	@echo "make install: creating $(VENV) with trainstack (editable) and every extra: [all,test,lint] (a few minutes the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install --upgrade pip
 	# pip byte-compiles ~20k files one at a time (~50 s on 2 cores); compileall does it on every core
-	$(PY) -m pip install -q --no-compile -e '.[dev]'
+	$(PY) -m pip install --no-compile -e '.[dev]'
+	@echo "make install: byte-compiling $(VENV) on every core"
 	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+	@echo "make install: done; \`source $(VENV)/bin/activate\` puts python and trainstack on PATH"
 
-install: $(STAMP)
+# slime's source (the slime/ submodule) when a clone was made without --recursive
+slime-source:
+	@scripts/fill-slime.sh "$(SLIME_BUNDLE)"
+
+install: slime-source $(STAMP)
 
 # ARGS: extra overrides, e.g. `make run ARGS="env.num_rollout=50"`
-run: $(STAMP) pyc
+run: slime-source $(STAMP) pyc
 	$(PY) run.py $(ARGS)
 
 # Three workers (pytest-xdist) on CI's 2 cores: much of the suite waits (lease TTLs, the SLURM scheduler,

@@ -41,7 +41,8 @@ def reading_order() -> list[Path]:
 
 DOCS = reading_order()
 WALK = "walk"  # the one scratch directory (under the worker's pytest base temp) the docs are followed in
-OWN_TESTS = {"compare.md", "slurm.md", "hub.md", "lium.md"}  # hub.md: test_hub_runs.py, lium.md: test_lium.py
+OWN_TESTS = {"compare.md", "slurm.md", "hub.md", "lium.md",  # hub.md: test_hub_runs.py, lium.md: test_lium.py
+             "install.md"}  # test_packaging.py: a fresh venv with the wheel, outside the checkout
 NOT_RUN = "(not run in tests"
 VENV = ROOT / ".venv"
 
@@ -92,6 +93,8 @@ EXPECT: dict[str, tuple[int, Check]] = {
         (0, "launch (the trainer runs on a lium host)"),
     "python run.py experiment=qwen3-4B-grpo-dapo cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true output=cmd.json":
         (0, lambda out, cwd: '"ray_submit"' in (cwd / "cmd.json").read_text()),
+    "python run.py experiment=qwen3-4B-grpo-dapo slime.root=/opt/slime dry_run=true":
+        (2, "git clone https://github.com/THUDM/slime.git /opt/slime && git -C /opt/slime checkout "),
     "trainstack render experiment=qwen3-4B-grpo-dapo --format shell": (0, "ray job submit --address="),
     "trainstack render experiment=qwen3-4B-base-sft -o sft.json":
         (0, lambda out, cwd: "train_async.py" in (cwd / "sft.json").read_text()),

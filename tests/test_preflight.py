@@ -21,7 +21,7 @@ from trainstack.pipeline import build_from_overrides
 from trainstack.preflight import preflight
 from trainstack.upstream.select import table_label
 
-QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
+QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true", "slime.root=slime"]  # this machine: ./slime
 
 
 def checks(overrides: list[str], where: Path, launching: bool = False):
@@ -207,7 +207,7 @@ def test_a_full_or_read_only_runs_root_is_refused_before_anything_is_written(tmp
 
 
 def test_start_ray_head_starts_nothing_before_a_missing_checkout_is_reported(tmp_path):
-    res = run_py("experiment=qwen3-4B-grpo-dapo", "cluster=local_1xh100", "model.tensor_model_parallel_size=1",
+    res = run_py("experiment=qwen3-4B-grpo-dapo", "slime.root=slime", "cluster=local_1xh100", "model.tensor_model_parallel_size=1",
                  "model.rollout_num_gpus_per_engine=1", "cluster.ray_job.start_head=true", cwd=tmp_path, timeout=60)
     assert res.returncode == 2, res.stderr
     assert "error: slime.root:" in res.stderr and "nothing was launched" in res.stderr

@@ -21,7 +21,7 @@ from trainstack.preflight import preflight
 from trainstack.slime_version import head_commit
 from trainstack.upstream.select import checkout_problems
 
-QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
+QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true", "slime.root=slime"]  # this machine: ./slime
 TABLE = load_table().slime_commit
 OTHER = "0123456789abcdef0123456789abcdef01234567"
 
@@ -124,10 +124,16 @@ def test_remote_launch_defers_the_check_and_the_executing_host_runs_it(tmp_path)
     assert len(problems) == 1 and "trainstack slime sync" in problems[0].fix
 
 
-def test_the_tiny_backend_does_not_use_slime(tmp_path):
-    fake_slime_git(tmp_path / "slime", OTHER)  # a slime checkout at another commit in the cwd is not used
+def test_the_tiny_backend_checks_the_slime_it_runs(tmp_path):
+    """The CPU backend runs slime's rollout code from slime.root: a checkout at another commit there is
+    refused as for a GPU run (it used to be ignored for the submodule beside the package)."""
+    fake_slime_git(tmp_path / "slime", OTHER)
+    (tmp_path / "slime" / "slime").mkdir()
+    (tmp_path / "slime" / "slime" / "__init__.py").write_text("")
     res = run_py("dry_run=true", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 2 and "error: slime.root: the slime checkout" in res.stderr, res.stderr
+    assert OTHER in res.stderr and f"pin slime to {TABLE}" in res.stderr and "Traceback" not in res.stderr
+    assert run_py("dry_run=true", f"slime.root={ROOT / 'slime'}", cwd=tmp_path).returncode == 0
 
 
 def test_the_check_spawns_no_process_and_is_cheap(tmp_path, monkeypatch):

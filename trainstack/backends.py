@@ -20,6 +20,8 @@ class Backend:
     needs_ray: bool  # the trainer joins a Ray cluster (slime: one head per job)
     module: str | None = None  # `python -m <module>` entrypoint; None: `python3 <slime.root>/<entrypoint>`
     capabilities: Capabilities | None = None  # None: everything slime's parser accepts
+    extra: str | None = None  # the pip extra whose modules its trainer imports here (trainstack/extras.py)
+    imports: tuple[str, ...] = ()  # those modules (the extra may hold more, for other uses)
 
 
 TINY_CAPABILITIES = Capabilities(
@@ -35,7 +37,8 @@ EXIT_REASONS: dict[int, str] = {
 }
 
 SLIME = Backend("slime", needs_ray=True)
-TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES)
+TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES, extra="cpu",
+               imports=("torch", "numpy", "transformers", "tensorboard", "pylatexenc", "jinja2", "httpx", "aiohttp"))
 BACKENDS: dict[str, Backend] = {b.name: b for b in (SLIME, TINY)}
 
 

@@ -44,7 +44,7 @@ def cmd_args(ns: argparse.Namespace) -> int:
     from trainstack.upstream.renames import hint_for_dest
     from trainstack.upstream.select import activate_for_root, root_from_overrides
 
-    activate_for_root(root_from_overrides([]))  # the slime $SLIME_ROOT (or ./slime) names: its flags
+    activate_for_root(root_from_overrides([]))  # the slime this machine's slime.root rule names: its flags
     table = load_table()
     if ns.name:
         flag = ns.name.split("=", 1)[0]
@@ -255,6 +255,11 @@ def cmd_commander(ns: argparse.Namespace) -> int:
         from trainstack.launch.lium_commander import state_dir
 
         return stop_local(state_dir())
+    from trainstack.extras import problem
+
+    missing = problem("commander", "lium", "the Lium commander (Lium's SDK, its HTTP API)")
+    if missing:
+        raise ConfigErrors(missing)
     return serve(ns.db, ns.host, ns.port, ns.public_url, lease_ttl_s=ns.lease_ttl, heartbeat_s=ns.heartbeat,
                  worker_deadline_s=ns.worker_deadline, tick_s=ns.tick, probe_s=ns.probe,
                  start_timeout_s=ns.start_timeout, stop_timeout_s=ns.stop_timeout, backoff_s=ns.backoff,

@@ -395,9 +395,12 @@ def attach_metrics(records: list[RunRecord], source: str, project: str | None = 
 def output_errors(ns: Any) -> list[ConfigError]:
     from trainstack.outputs import output_problem
 
+    from trainstack.extras import problem
+
     found = [output_problem(ns.plot, "--plot", PLOT_SUFFIXES) if ns.plot is not None else None,
              output_problem(ns.csv, "--csv") if ns.csv is not None else None]
-    return [e for e in found if e is not None]
+    plotting = problem("--plot", "cpu", "a plot", ("matplotlib",), value=ns.plot) if ns.plot is not None else []
+    return [e for e in found if e is not None] + plotting
 
 
 def run_compare(ns: Any, out=None) -> int:

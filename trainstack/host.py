@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from trainstack import slime_root
 from trainstack.errors import ConfigError
 from trainstack.plugin_paths import locate
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 from trainstack.upstream.select import checkout_problems, table_label
+from trainstack.upstream.versions import pin
+
 
 # Data paths an env's `meta.prepare` hook writes at launch (under data_root).
 PREPARED_DATA_DESTS = ("prompt_data", "eval_prompt_data", "hf_checkpoint")  # hf_checkpoint: a tokenizer dir (cpu-agentic)
@@ -103,6 +106,7 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     """Checks about the machine the trainer runs on: slime checkout, inputs, plugins, runs_root."""
     errors: list[ConfigError] = []
     if only is None:
+        errors += backend_extra_problems(facts)
         errors += slime_checkout_problems(facts)
     errors += input_path_problems(facts, only=only)
     if only is None:
@@ -113,27 +117,55 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     return errors
 
 
+def backend_extra_problems(facts: HostFacts) -> list[ConfigError]:
+    """A trainer that runs in this Python (the tiny one) needs its extra's modules installed here."""
+    from trainstack.backends import BACKENDS
+    from trainstack.extras import problem
+
+    backend = BACKENDS.get(facts.backend)
+    if backend is None or backend.extra is None:
+        return []
+    errors = problem("cluster.backend", backend.extra, f"the {backend.name} backend (the CPU trainer and slime's "
+                     "rollout code)", backend.imports, value=backend.name)
+    if facts.args.get("use_wandb"):  # the trainer logs to W&B itself (trainstack/tiny/metrics.py)
+        errors += problem(facts.key_of("use_wandb"), "wandb", "W&B logging", value=True)
+    return errors
+
+
+def slime_checkout(facts: HostFacts) -> tuple[Path, Path] | None:
+    """(the slime checkout a launch uses, the file it needs there): slime's entrypoint
+    (`python3 <slime.root>/train.py`), or for a trainstack trainer the `slime` package it imports
+    (`$TRAINSTACK_SLIME_ROOT`, set from slime.root: trainstack/slime_root.py)."""
+    if facts.backend == "slime":
+        entry = facts.command.entrypoint
+        return (Path(entry[1]).parent, Path(entry[1])) if len(entry) > 1 else None
+    root = facts.command.env.get(slime_root.ENV)
+    return (Path(root), Path(root).joinpath(*slime_root.SOURCE_MARK)) if root else None
+
+
 def slime_script(facts: HostFacts) -> Path | None:
     """The slime entrypoint a launch would start (`python3 <slime.root>/train.py`)."""
-    if facts.backend != "slime":
-        return None
-    entry = facts.command.entrypoint
-    return Path(entry[1]) if len(entry) > 1 else None
+    found = slime_checkout(facts) if facts.backend == "slime" else None
+    return found[1] if found else None
 
 
 def slime_checkout_problems(facts: HostFacts) -> list[ConfigError]:
-    """The checkout has the entrypoint and is at the commit the argument table was read from."""
-    script = slime_script(facts)
-    if script is None:
+    """The checkout has what the trainer needs and is at the commit the argument table was read from."""
+    found = slime_checkout(facts)
+    if found is None:
         return []
-    if script.is_file():
-        errors = checkout_problems(script.parent, [t for t in facts.command.argv if t.startswith("--")])
-        return errors or real_parse_problems(facts, script.parent)
-    return [ConfigError("slime.root", f"the slime checkout this run uses has no {script.name}: {script} does not "
-                        "exist on this machine, which is where the trainer would run",
-                        "`git submodule update --init slime` in the trainstack checkout, or set "
-                        "slime.root=/path/to/slime (or SLIME_ROOT); to only inspect the command use "
-                        "`trainstack render ...`", value=str(script.parent))]
+    root, needed = found
+    if needed.is_file():
+        # slime's own files identify the version (trainstack/upstream/select.py); the flags are checked against
+        # a slime entrypoint's table (the tiny trainer has flags of its own: it parses them itself)
+        flags = [t for t in facts.command.argv if t.startswith("--")] if facts.backend == "slime" else []
+        errors = checkout_problems(root, flags)
+        return errors or (real_parse_problems(facts, root) if facts.backend == "slime" else [])
+    what = "the trainer would start" if facts.backend == "slime" else "the CPU backend runs slime's rollout code from"
+    return [ConfigError("slime.root", f"the slime checkout this run uses has no {needed.relative_to(root)}: {needed} "
+                        f"does not exist on this machine, which is where the trainer would run ({what} it)",
+                        slime_root.fetch_fix(root, pinned_commit()) + "; to only inspect the command use `trainstack "
+                        "render ...`", value=str(root))]
 
 
 def _trainer_pythonpath(facts: HostFacts) -> list[str]:
@@ -151,18 +183,19 @@ def real_parse_problems(facts: HostFacts, root: Path) -> list[ConfigError]:
 
 def checkout_notes(facts: HostFacts) -> list[str]:
     """The slime checkout a run will use, and whether this machine has it."""
-    script = slime_script(facts)
-    if script is None:
+    found = slime_checkout(facts)
+    if found is None:
         return []
-    here = "present on this machine" if script.is_file() else "NOT present on this machine"
+    root, needed = found
+    here = "present on this machine" if needed.is_file() else "NOT present on this machine"
     where = "" if facts.runs_here else f" (the {facts.launcher} host needs it, not this one)"
-    notes = [f"slime checkout: {script.parent} ({script.name} {here}){where}; relative slime.root values are taken "
-             "from the directory you launch in"]
-    if script.is_file():
+    notes = [f"slime checkout: {root} ({needed.relative_to(root)} {here}){where}; relative slime.root values are "
+             "taken from the directory you launch in"]
+    if needed.is_file() and facts.backend == "slime":
         from trainstack.upstream.realparse import stack_present
 
         notes.append("slime's own parser checks the command here (Megatron and SGLang importable)"
-                     if stack_present(script.parent, _trainer_pythonpath(facts)) else
+                     if stack_present(root, _trainer_pythonpath(facts)) else
                      f"slime's parser stack (Megatron-LM, SGLang) is not installed here: the command is checked "
                      f"against trainstack's table for {table_label()}; `trainstack exec` on the trainer's host runs "
                      "slime's own parser")
@@ -172,11 +205,13 @@ def checkout_notes(facts: HostFacts) -> list[str]:
 def deferred_checks(facts: HostFacts) -> list[str]:
     """What the remote host checks before the trainer starts (`trainstack exec`)."""
     out = []
-    script = slime_script(facts)
-    if script is not None:
-        out.append(f"slime checkout {script.parent} has {script.name}")
-        out.append(f"slime checkout {script.parent} is a slime version trainstack knows (by the content of its "
-                   f"argument files) and has every flag of the command (rendered for {table_label()})")
+    found = slime_checkout(facts)
+    if found is not None:
+        root, needed = found
+        out.append(f"slime checkout {root} has {needed.relative_to(root)}")
+        out.append(f"slime checkout {root} is a slime version trainstack knows (by the content of its "
+                   f"argument files)" + (f" and has every flag of the command (rendered for {table_label()})"
+                                         if facts.backend == "slime" else ""))
     for dest, kind, path in _inputs(facts):
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
     for dest, value in _plugins(facts):
@@ -386,3 +421,8 @@ def search_path(facts: HostFacts) -> list[str]:
     script = slime_script(facts)
     first = [str(script.parent)] if script is not None else [facts.command.cwd]
     return [*first, *env_path, *[p for p in sys.path if p]]
+
+
+def pinned_commit() -> str:
+    """The slime commit trainstack's packaged table was read from (the fix's `git checkout`)."""
+    return pin().commit

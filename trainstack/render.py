@@ -15,6 +15,7 @@ from typing import Any
 
 from trainstack import argtable as at
 from trainstack import secrets
+from trainstack import slime_root
 from trainstack.backends import BACKENDS
 from trainstack.resolve import PROJECT_ROOT, ResolvedRun, wandb_run_id
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
@@ -147,6 +148,8 @@ def runtime_env(run: ResolvedRun) -> dict[str, str]:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
         if run.cluster.has_nvlink is not None and "NCCL_ALGO" not in run.runtime_env.env_vars:
             env["NCCL_NVLS_ENABLE"] = "1" if run.cluster.has_nvlink else "0"
+    else:  # a trainstack trainer imports slime's code from slime.root (trainstack/slime_root.py)
+        env[slime_root.ENV] = str(run.slime.root)  # resolved: never None (trainstack/resolve.py)
     pythonpath += run.runtime_env.pythonpath
     env["PYTHONPATH"] = ":".join(dict.fromkeys(pythonpath))
     if run.args.get("use_tensorboard"):
@@ -168,8 +171,8 @@ def render(run: ResolvedRun) -> SlimeCommand:
         entry = [sys.executable, "-m", backend.module]
         cwd = str(PROJECT_ROOT)
     else:
-        entry = ["python3", f"{run.slime.root.rstrip('/')}/{run.entrypoint}"]
-        cwd = run.slime.root
+        cwd = str(run.slime.root)  # resolved: never None (trainstack/resolve.py)
+        entry = ["python3", f"{cwd.rstrip('/')}/{run.entrypoint}"]
     return SlimeCommand(entrypoint=entry, groups=render_args(run.args), env=runtime_env(run), cwd=cwd,
                         backend=run.cluster.backend, run_id=run.run_id,
                         meta={"slime_commit": at.load_table().slime_commit, "name": run.name})

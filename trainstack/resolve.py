@@ -21,6 +21,7 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
 from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
+from trainstack.slime_root import resolve as resolve_slime_root
 from trainstack.upstream.renames import hint_for_dest
 from trainstack.upstream.select import activate_for_root
 from trainstack.schema import (
@@ -481,7 +482,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     value per dest (precedence, cluster derivation) -> dest checks (types, secrets, managed dests)
     -> absolute paths -> identity (name, run_id, run dir) -> trainstack-managed dests."""
     tree = plain_tree(cfg)
-    activate_for_root(absolute(str((tree.get("slime") or {}).get("root") or "slime"), origin.cwd))  # its table
+    activate_for_root(resolve_slime_root((tree.get("slime") or {}).get("root"), origin.cwd))  # its table
     typed, layers, meta = typed_sections(tree, origin)
     cluster: ClusterSpec = typed["cluster"]
     merged, provenance, layer_of = merge_dests(layers, cluster, origin)
@@ -490,7 +491,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     paths: PathsSpec = typed["paths"]
     paths = PathsSpec(**{k: absolute(getattr(paths, k), origin.cwd) for k in ("runs_root", "models_root", "data_root")})
     slime: SlimeSpec = typed["slime"]
-    slime = SlimeSpec(root=absolute(slime.root, origin.cwd),
+    slime = SlimeSpec(root=resolve_slime_root(slime.root, origin.cwd),
                       megatron_root=absolute(slime.megatron_root, origin.cwd) if slime.megatron_root else None,
                       entrypoint=slime.entrypoint)
     entrypoint = slime.entrypoint or meta.get("algo", {}).get("entrypoint") or "train.py"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import importlib.util
 import math
 import re
 import typing
@@ -134,7 +133,7 @@ class PathsSpec:
 
 @dataclass
 class SlimeSpec:
-    root: str = "slime"
+    root: Optional[str] = None  # None: trainstack.slime_root.resolve's default (./slime, else the checkout's submodule)
     megatron_root: Optional[str] = None
     entrypoint: Optional[str] = None  # train.py | train_async.py; default from algo meta
 
@@ -227,9 +226,12 @@ class HubSpec:
         if self.push_rollouts and not self.enabled:
             out.append(("push_rollouts", True, "rollout data is pushed to hub.repo_id, which is not set",
                         "set hub.repo_id=<user>/<repo>, or drop hub.push_rollouts"))
-        if self.enabled and importlib.util.find_spec("huggingface_hub") is None:
-            out.append(("repo_id", self.repo_id, "Hub sync needs the huggingface_hub package",
-                        "pip install 'trainstack[hf]' (huggingface_hub==2.4.0)"))
+        if self.enabled:
+            from trainstack.extras import missing
+
+            if missing("hub"):
+                out.append(("repo_id", self.repo_id, "Hub sync needs the `hub` extra (the huggingface_hub package)",
+                            "pip install 'trainstack[hub]'"))
         return out
 
 

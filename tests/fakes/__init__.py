@@ -98,6 +98,7 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
 
     old = os.getcwd()
     os.chdir(cwd)
+    (cwd / "slime").mkdir(exist_ok=True)  # the run's slime.root (unset: ./slime when it exists), never ours
     try:
         run, cmd = build_from_overrides(overrides)
     finally:
@@ -109,6 +110,10 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text("raise SystemExit('a stand-in for slime/train.py')\n")
         made.append(str(script))
+        package = script.parent / "slime" / "__init__.py"  # what a CPU recipe's dry run looks for in the same ./slime
+        if not package.exists():
+            package.parent.mkdir(parents=True, exist_ok=True)
+            package.write_text("")  # (like its .git/HEAD, not among what it returns: the run's own inputs)
         fake_slime_git(script.parent)
         for _dest, value in _plugins(facts):  # slime's own plugin modules (slime.rollout.sft_rollout, ...)
             module, _, fn = value.rpartition(".")

@@ -46,6 +46,21 @@ def _launch_files(config: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping
     return launch_files(dict(config), dict(args))
 
 
+def _preflight(run: Any, cmd: Any, made_by_data_hook: Callable[[str], bool]) -> list:
+    """An HTTP env run starts the env server beside the trainer, and slime's generate function talks to it:
+    their modules must be installed where the run executes (here, unless the launcher runs it elsewhere)."""
+    if (run.meta.get("env") or {}).get(CONFIG_KEY) is None:
+        return []
+    from trainstack.extras import EXTRAS, problem
+    from trainstack.launch.registry import launcher_class
+
+    if not launcher_class(run.cluster.launcher).runs_here(run.cluster.settings or {}):
+        return []
+    extra = "cpu" if run.cluster.backend == "tiny" else "http-env"
+    return problem("env.meta.http_env", extra, "an HTTP env (its env server and the generate function's client)",
+                   EXTRAS["http-env"])
+
+
 def _cli(sub: Any) -> None:
     from trainstack.http_env.cli import add_env_commands
 
@@ -55,6 +70,7 @@ def _cli(sub: Any) -> None:
 def register(registry: hooks.Registry) -> None:
     registry.add(hooks.IDENTITY, _identity)
     registry.add(hooks.RULES, _rules)
+    registry.add(hooks.PREFLIGHT, _preflight)
     registry.add(hooks.WRAP_RUNNER, _wrap_runner)
     registry.add(hooks.DRY_RUN_NOTES, _dry_run_notes)
     registry.add(hooks.LAUNCH_FILES, _launch_files)

@@ -87,6 +87,7 @@ def converter_for(config: Mapping[str, Any], args: Mapping[str, Any], backend: s
                   slime_commit: str) -> Converter:
     from trainstack.argtable import load_table
     from trainstack.render import render_dest
+    from trainstack.slime_root import resolve as resolve_slime_root
 
     table = load_table()
     skip = _training_dests()
@@ -99,7 +100,7 @@ def converter_for(config: Mapping[str, Any], args: Mapping[str, Any], backend: s
     slime = config.get("slime") or {}
     layers = args.get("num_layers")
     nproc = max(1, min(gpus_per_node, layers if isinstance(layers, int) and layers > 0 else gpus_per_node))
-    return Converter(backend, tuple(flags), os.path.abspath(str(slime.get("root") or "slime")),
+    return Converter(backend, tuple(flags), resolve_slime_root(slime.get("root"), os.getcwd()),
                      str(slime.get("megatron_root") or ""), nproc, slime_commit)
 
 

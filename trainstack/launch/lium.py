@@ -100,6 +100,10 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
         else:
             env.pop("PYTHONPATH")
     cmd["entrypoint"], cmd["env"] = entry, env
+    if isinstance(d["config"].get("slime"), dict):  # unset: the checkout this host would use, moved to the image's
+        from trainstack.slime_root import resolve
+
+        d["config"]["slime"]["root"] = resolve(d["config"]["slime"].get("root"), os.getcwd())
     for group, key in (("paths", "models_root"), ("paths", "data_root"), ("slime", "root")):  # relative: the pod's cwd
         block = d["config"].get(group)
         if isinstance(block, dict) and isinstance(block.get(key), str):
@@ -114,7 +118,9 @@ def _input_moves(spec: RunSpec, req) -> list[tuple[str, str]]:
     """slime's checkout -> the image's (`cluster.lium.pod.slime_root`, the image's $TRAINSTACK_SLIME_ROOT);
     models_root -> the run's volume, so a replacement pod finds the download and conversion (docs/inputs.md)."""
     config = spec.config or {}
-    slime_root = str(Path(str((config.get("slime") or {}).get("root") or "slime")).absolute())
+    from trainstack.slime_root import resolve
+
+    slime_root = resolve((config.get("slime") or {}).get("root"), os.getcwd())
     models_root = str(Path(str((config.get("paths") or {}).get("models_root") or "models")).absolute())
     base = posixpath.dirname(posixpath.dirname(req.run_dir(spec.run_id)))  # <volume>/trainstack or the workdir
     return [(slime_root, req.slime_root.rstrip("/")), (models_root, posixpath.join(base, "models"))]

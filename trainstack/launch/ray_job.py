@@ -252,6 +252,12 @@ class RayJobLauncher(Launcher):
 
         return start_detached(spec, self.name)
 
+    def submit_host_problems(self, dry: bool = False):
+        """Submitting a Ray job (and starting a head) takes Ray's client: the `ray` extra."""
+        from trainstack.extras import problem
+
+        return problem("cluster.launcher", "ray", "the ray_job launcher (Ray's job client)", value="ray_job")
+
     def execute(self, spec: RunSpec) -> int:
         from trainstack.errors import ConfigError, ConfigErrors
         from trainstack.lifecycle import execute

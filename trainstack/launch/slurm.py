@@ -272,9 +272,9 @@ def record_job(point: Point, job, folder: str, sweep_dir: str | None) -> dict:
 def submit_host_problems(dry: bool = False, key: str = "cluster.launcher") -> list[ConfigError]:
     """Submitting needs submitit (the slurm extra) and `sbatch` on PATH; a dry sweep only submitit
     (it renders each job's #SBATCH header with it)."""
-    import importlib.util
+    from trainstack.extras import missing
 
-    if importlib.util.find_spec("submitit") is None:
+    if missing("slurm"):
         return [ConfigError(key, "SLURM support is not installed "
                             "(the submitit package is missing)", "pip install 'trainstack[slurm]' (or make install)",
                             value="slurm")]

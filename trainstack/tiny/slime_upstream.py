@@ -15,8 +15,8 @@ conversion methods are compiled from slime's source without importing Ray (:func
 transformers' processor names (:data:`LAZY_TRANSFORMERS`) and ``ray``/``wandb`` (:data:`DEFERRED_IMPORTS`)
 are resolved on first use.
 
-Where slime is found: ``$TRAINSTACK_SLIME_ROOT`` (docker/Dockerfile sets it), else the ``slime/``
-submodule beside the ``trainstack`` package (a source checkout).
+Where slime is found: ``$TRAINSTACK_SLIME_ROOT``, which a launch sets from ``slime.root`` (the dry run
+checks that checkout first: trainstack/host.py); run by hand, trainstack/slime_root.py's rule.
 """
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-ROOT_ENV = "TRAINSTACK_SLIME_ROOT"
+from trainstack import slime_root as _slime_root
+
+ROOT_ENV = _slime_root.ENV
 
 # module -> names slime imports from it at module level (slime 624b824a). Only these are stood in.
 SGLANG_STANDINS: dict[str, tuple[str, ...]] = {
@@ -59,11 +61,9 @@ class SlimeMissing(RuntimeError):
 
 
 def slime_root() -> Path:
-    """The slime checkout whose ``slime`` package the tiny backend imports."""
-    env = os.environ.get(ROOT_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / "slime"
+    """The slime checkout whose ``slime`` package the tiny backend imports: ``$TRAINSTACK_SLIME_ROOT`` (a
+    launch sets it from ``slime.root``), else trainstack's own rule for an unset ``slime.root``."""
+    return Path(_slime_root.resolve(None, os.getcwd())).resolve()
 
 
 def _standin(name: str, names: tuple[str, ...]) -> types.ModuleType:
@@ -149,6 +149,36 @@ def _run_deferred(module: types.ModuleType) -> None:
     spec.loader.exec_module(module)
 
 
+# slime's rollout modules `import ray` / `import wandb` at module level and use them only off the CPU path
+# (above). The `cpu` extra installs neither (ray[default] and wandb are ~40 packages); when one is not
+# installed, a stand-in takes its name, and using it says which extra brings the real one.
+ABSENT_EXTRAS = {"ray": "ray", "wandb": "wandb"}
+
+
+class _Absent(types.ModuleType):
+    """A package that is not installed: `import` succeeds, using any name raises ModuleNotFoundError."""
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise ModuleNotFoundError(f"{self.__name__}.{attr}: {self.__name__} is not installed (the CPU backend "
+                                  f"never uses it); pip install 'trainstack[{ABSENT_EXTRAS[self.__name__]}]'",
+                                  name=self.__name__)
+
+
+def install_absent_standins() -> list[str]:
+    """Stand in for each of :data:`ABSENT_EXTRAS` that is neither imported nor installed."""
+    done = []
+    for name in ABSENT_EXTRAS:
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
+            mod = _Absent(name, f"trainstack stand-in: {name} is not installed")
+            mod.__path__ = []  # type: ignore[attr-defined]
+            mod.__trainstack_standin__ = True  # type: ignore[attr-defined]
+            sys.modules[name] = mod
+            done.append(name)
+    return done
+
+
 def defer_import(name: str) -> bool:
     """Register ``name`` as a :class:`_Deferred` module; False if already imported or not installed. A
     dotted name's parent must be imported or deferred first; the module becomes its attribute."""
@@ -180,11 +210,10 @@ def load(root: Path | None = None) -> Path:
     """Make ``import slime...`` resolve to the submodule's source; returns the checkout used."""
     root = (root or slime_root()).resolve()
     if not (root / "slime" / "__init__.py").is_file():
-        raise SlimeMissing(
-            f"slime's source is not at {root} (the tiny backend runs slime's own rollout code): "
-            f"fill the submodule with `git submodule update --init slime`, or set ${ROOT_ENV} "
-            "to a slime checkout at the pinned commit"
-        )
+        from trainstack.argtable import load_table
+
+        raise SlimeMissing(f"slime's source is not at {root} (the tiny backend runs slime's own rollout code): "
+                           + _slime_root.fetch_fix(root, load_table().slime_commit))
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     loaded = sys.modules.get("slime")
@@ -199,6 +228,7 @@ def load(root: Path | None = None) -> Path:
     install_sglang_standins()
     for name in DEFERRED_IMPORTS:
         defer_import(name)
+    install_absent_standins()
     importlib.import_module("slime")
     _import_processing_utils()
     return root

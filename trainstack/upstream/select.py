@@ -44,13 +44,17 @@ def table_label() -> str:
 
 
 def root_from_overrides(overrides: Sequence[str], cwd: str | None = None) -> str:
-    """`slime.root` as the command line, `$SLIME_ROOT` or the default (`slime`) give it, absolute."""
-    root = os.environ.get("SLIME_ROOT") or "slime"
+    """`slime.root` as the command line gives it, resolved by the one rule every backend uses
+    (trainstack/slime_root.py: the value, `$TRAINSTACK_SLIME_ROOT`, `$SLIME_ROOT`, `./slime`, the checkout's
+    submodule), absolute."""
+    from trainstack.slime_root import resolve
+
+    root = None
     for tok in overrides:
         key, eq, value = tok.lstrip("+~").partition("=")
-        if eq and key == "slime.root" and value:
+        if eq and key == "slime.root" and value and value != "null":
             root = value
-    return os.path.join(cwd or os.getcwd(), os.path.expanduser(root))
+    return resolve(root, cwd or os.getcwd())
 
 
 def checkout_problems(root: str | Path, flags: Iterable[str] = (), key: str = "slime.root") -> list[ConfigError]:
