@@ -20,6 +20,10 @@ class Backend:
     needs_ray: bool  # the trainer joins a Ray cluster (slime: one head per job)
     module: str | None = None  # `python -m <module>` entrypoint; None: `python3 <slime.root>/<entrypoint>`
     capabilities: Capabilities | None = None  # None: everything slime's parser accepts
+    # a function (dotted path) the trainer calls before it loads plugins; the plugin probe calls it too
+    # (trainstack/plugin_probe.py). The tiny trainer makes slime's own modules importable from the submodule
+    # (its `load`, less an import that only saves time).
+    prelude: str | None = None
 
 
 TINY_CAPABILITIES = Capabilities(
@@ -35,7 +39,8 @@ EXIT_REASONS: dict[int, str] = {
 }
 
 SLIME = Backend("slime", needs_ray=True)
-TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES)
+TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES,
+               prelude="trainstack.tiny.slime_upstream.make_importable")
 BACKENDS: dict[str, Backend] = {b.name: b for b in (SLIME, TINY)}
 
 

@@ -172,6 +172,16 @@ def defer_import(name: str) -> bool:
 
 def load(root: Path | None = None) -> Path:
     """Make ``import slime...`` resolve to the submodule's source; returns the checkout used."""
+    root = make_importable(root)
+    _import_processing_utils()
+    return root
+
+
+def make_importable(root: Path | None = None) -> Path:
+    """What :func:`load` does before the import of slime's ``processing_utils`` (transformers' processor
+    names made lazy there: a speed-up only): slime's checkout on ``sys.path``, SGLang's stand-ins, the
+    deferred imports. The plugin probe's prelude (trainstack/backends.py): a plugin imports as in the
+    trainer, without 2-3 s of transformers and torch that a plugin which does not import them never pays."""
     root = (root or slime_root()).resolve()
     if not (root / "slime" / "__init__.py").is_file():
         raise SlimeMissing(
@@ -194,7 +204,6 @@ def load(root: Path | None = None) -> Path:
     for name in DEFERRED_IMPORTS:
         defer_import(name)
     importlib.import_module("slime")
-    _import_processing_utils()
     return root
 
 
