@@ -46,6 +46,9 @@ INVALID = [
     ["experiment=qwen3-4B-grpo-dapo"],  # no slime checkout, data or model here
     ["args.custom_rm_path=trainstack.nope.reward"],
     ["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"],
+    # slime's plugin contract, checked in the trainer's interpreter (trainstack/plugin_probe.py)
+    ["args.custom_rm_path=trainstack.tiny.arithmetic.score"],  # a plain function: slime awaits the reward
+    ["args.group_rm=true"],  # the arithmetic reward takes one sample; group_rm passes a group
     ["paths.runs_root=/proc/version/runs"],
     ["env.prompt_data=/"],
     ["env.eval_prompt_data=[arithmetic,/nonexistent/eval.jsonl]"],
