@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from trainstack.argtable import load_table
+from trainstack.context_length import hf_config_problems
 from trainstack.errors import ConfigError
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
@@ -106,6 +107,7 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     errors += input_path_problems(facts, only=only)
     if only is None:
         errors += plugin_problems(facts)
+        errors += hf_config_problems(facts)
         errors += runs_root_problems(facts, free_space=True)
         errors += prepared_root_problems(facts)
         errors += checkpoint_read_problems(facts)
@@ -157,6 +159,8 @@ def deferred_checks(facts: HostFacts) -> list[str]:
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
     for dest, value in _plugins(facts):
         out.append(f"{facts.key_of(dest)}: {value} imports in the trainer's interpreter and fits slime's call")
+    if script is not None and facts.args.get("hf_checkpoint"):
+        out.append(f"{facts.key_of('hf_checkpoint')}: the model's context (config.json) fits the response budgets")
     out.append(f"{facts.run_dir} is writable with room for one checkpoint")
     return out
 

@@ -66,7 +66,8 @@ class SlimeRollouts:
             from . import hf_tokenizer
 
             args.hf_checkpoint = str(hf_tokenizer.write(_tokenizer_cache()))
-        self.server = TinySGLangServer(model_getter, seed=args.seed, context_len=args.rollout_max_context_len)
+        self.server = TinySGLangServer(model_getter, seed=args.seed, context_len=args.rollout_max_context_len,
+                                       allow_auto_truncate=bool(args.sglang_allow_auto_truncate))
         from slime.utils.async_utils import get_async_loop
 
         args.sglang_router_ip, args.sglang_router_port = self.server.start(get_async_loop().loop)
