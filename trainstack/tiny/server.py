@@ -46,6 +46,7 @@ class TinySGLangServer:
         self.seed = seed
         self.context_len = context_len
         self.allow_auto_truncate = allow_auto_truncate  # SGLang's --allow-auto-truncate: cut, do not refuse
+        self.draining = False  # set by drain(): the run is ending, no more decoding
         self.window_s = window_s
         self.max_batch = max_batch
         self.requests = 0  # /generate calls served
@@ -128,6 +129,9 @@ class TinySGLangServer:
     async def _generate(self, body: dict) -> dict:
         assert self._loop is not None and self._wake is not None
         req, sp = self._request(body)
+        if self.draining:  # shutting down: every request ends aborted at once, as a queued one does
+            req.finish_reason = "abort"
+            return self._response(req, sp, body)
         fut = self._loop.create_future()
         self._pending.append((req, sp, fut))
         self._wake.set()
@@ -162,6 +166,12 @@ class TinySGLangServer:
             for _, _, fut in batch:
                 if not fut.done():
                     fut.set_result(None)
+
+    def drain(self) -> None:
+        """The run is over: abort what is queued and every request still to come (from this thread, any)."""
+        self.draining = True
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._abort_all)
 
     def _abort_all(self) -> None:
         for req, _, fut in self._pending:
