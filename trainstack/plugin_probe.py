@@ -289,10 +289,10 @@ def _plugin_error(facts: "HostFacts", p: dict[str, Any], python: str) -> ConfigE
                       "move the GPU work out of the module's top level (into the function)")
     sig = f" (its signature: {p['signature']})" if p.get("signature") else ""
     return ConfigError(key, f"{value} {'; and '.join(p.get('problems') or ['does not fit slime'])}{sig}",
-                       _contract_fix(dest, facts), value=value, source=facts.source_of(dest))
+                       _contract_fix(dest, facts, p.get("problems") or []), value=value, source=facts.source_of(dest))
 
 
-def _contract_fix(dest: str, facts: "HostFacts") -> str:
+def _contract_fix(dest: str, facts: "HostFacts", problems: list[str]) -> str:
     from trainstack.plugin_contract import contract_for
 
     c = contract_for(dest, bool(facts.args.get("group_rm")))
@@ -301,7 +301,7 @@ def _contract_fix(dest: str, facts: "HostFacts") -> str:
     how = {"async": "an `async def`", "sync": "a plain `def` (not async)", "class": "a class",
            "either": "a function"}[c.mode]
     fix = f"define it as {how} that slime can call as {c.call}"
-    if dest == "custom_rm_path":
+    if dest == "custom_rm_path" and any("names its second parameter" in x for x in problems):
         other = "false" if facts.args.get("group_rm") else "true"
         fix += f", or set {facts.key_of('group_rm')}={other} if it is written for the other shape"
     return fix
