@@ -156,3 +156,26 @@ def test_a_sweep_asks_the_interpreter_once(tmp_path, monkeypatch):
     finally:
         os.chdir(old)
     assert len(asked) == 1
+
+
+def test_trainstack_exec_asks_the_trainers_host(tmp_path):
+    """A remote launcher defers the probe; the host that executes the stored run asks its own interpreter."""
+    from trainstack.preflight import check_stored
+    from trainstack.runspec import RunSpec
+
+    overrides = [*QWEN, "cluster=slurm_8xh100", "args.custom_rm_path=trainstack.tiny.arithmetic.score"]
+    fake_gpu_host(tmp_path, overrides)
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        run, cmd = build_from_overrides(overrides)
+        report = preflight(run, cmd, launching=False)
+    finally:
+        os.chdir(old)
+    assert "args.custom_rm_path: trainstack.tiny.arithmetic.score imports in the trainer's interpreter and fits " \
+           "slime's call" in report.deferred
+    plugin_probe._MEMO.clear()
+    with pytest.raises(ConfigErrors) as err:
+        check_stored(RunSpec.from_run(run, cmd))
+    assert [e.key for e in err.value.errors] == ["args.custom_rm_path"]
+    assert "slime awaits it" in err.value.errors[0].problem
