@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SMALL_BATCH, run_py
 from tests.fakes import fake_gpu_host
 from trainstack import runtime_rules
 from trainstack.errors import ConfigErrors
@@ -273,8 +274,6 @@ def test_the_tiny_server_refuses_what_sglang_refuses(n_input, max_new, refused):
 def test_the_fully_async_rollout_runs_to_a_clean_exit_on_cpu(tmp_path):
     """slime's fully-async rollout (a worker thread with its own event loop) trains and saves, and the trainer
     stops that worker before its server and HTTP client go: exit 0 (it was 134 or 1: aclose on another loop)."""
-    from conftest import SMALL_BATCH, run_py
-
     res = run_py(f"paths.runs_root={tmp_path}/runs", "args.rollout_function_path=" + FULLY_ASYNC, "env.num_rollout=2",
                  "env.eval_interval=null", "args.sglang_server_concurrency=8", *SMALL_BATCH, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
