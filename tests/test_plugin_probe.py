@@ -83,7 +83,7 @@ def test_slimes_own_plugins_import_on_the_cpu_backend(tmp_path):
 
 
 def test_group_rm_with_a_single_sample_reward_is_refused(tmp_path):
-    errors = verdict(["args.group_rm=true"], tmp_path)  # the arithmetic reward is (args, sample, **kwargs)
+    errors = verdict(["args.group_rm=true", "env.eval_interval=null"], tmp_path)  # the arithmetic reward: (args, sample)
     assert [k for k, _ in errors] == ["env.custom_rm_path"]
     assert "names its second parameter 'sample', but slime passes one group of samples" in errors[0][1]
 

@@ -166,9 +166,9 @@ def contract_problems(fn: object, c: Contract) -> list[str]:
         not inspect.isfunction(fn) and not isinstance(fn, type)
         and inspect.iscoroutinefunction(type(fn).__call__))  # an instance with an async __call__
     out = []
-    if c.mode == "async" and not is_async:
-        out.append(f"is a plain function, but slime awaits it: {c.call} ({c.source}); a plain function's result "
-                   "cannot be awaited (TypeError: object ... can't be used in 'await' expression)")
+    if c.mode == "async" and not is_async and not may_return_awaitable(fn):
+        out.append(f"is a plain function, but slime awaits it: {c.call} ({c.source}); what it returns cannot be "
+                   "awaited (TypeError: object ... can't be used in 'await' expression)")
     if c.mode in ("sync", "class") and is_async:
         out.append(f"is async, but slime calls it without awaiting: {c.call} ({c.source}); it would get a "
                    "coroutine, never the result")
@@ -189,6 +189,46 @@ def contract_problems(fn: object, c: Contract) -> list[str]:
             out.append(f"names its second parameter {other!r}, but slime passes {_shape_words(want)} there: "
                        f"{c.call} ({c.source}; slime's contract test names it {want!r}, {SHAPE_SOURCE})")
     return out
+
+
+# builtins whose result is never awaitable: `return float(x)` is as plain as `return 1.0`
+_PLAIN_CALLS = frozenset({"float", "int", "bool", "str", "round", "len", "sum", "min", "max", "abs", "list", "dict",
+                          "tuple", "set"})
+
+
+def may_return_awaitable(fn: Any) -> bool:
+    """Can this plain function return something slime may await? Only a function whose every `return` is a
+    value that cannot be awaited (a literal, arithmetic, a comparison, a display, a plain builtin's result,
+    or nothing) cannot; one that returns a call or a name (`return other_async(...)`) may, and is trusted."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError, IndentationError):
+        return True  # no source to read (a builtin, generated code): slime's call decides
+    func = tree.body[0] if tree.body else None
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    plain = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.JoinedStr, ast.List, ast.Tuple,
+             ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+    def returns(node: ast.AST):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue  # a nested function's returns are its own
+            if isinstance(child, ast.Return):
+                yield child.value
+            yield from returns(child)
+
+    for value in returns(func):
+        if value is None or isinstance(value, plain):
+            continue
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _PLAIN_CALLS:
+            continue
+        return True
+    return False
 
 
 def _takes_any_keyword(sig) -> bool:
