@@ -33,12 +33,14 @@ def problems(a: Any) -> list[tuple[str, str, str, Any]]:
         return []
     ctx = context_of(a)
     eval_dest = "eval_max_response_len" if a.eval_max_response_len else "rollout_max_response_len"
-    sets = [("rollout_max_response_len", a.prompt_data, a.input_key, "training")]
-    sets += [(eval_dest, path, a.eval_input_key or a.input_key, "eval")
+    sets = [("rollout_max_response_len", a.prompt_data, a.input_key, "training", a.rollout_max_prompt_len)]
+    sets += [(eval_dest, path, a.eval_input_key or a.input_key, "eval", a.eval_max_prompt_len or a.rollout_max_prompt_len)
              for _name, path in getattr(a, "eval_datasets", None) or []]
     worst: dict[str, tuple[int, str]] = {}
-    for dest, path, key, what in sets:
+    for dest, path, key, what, cap in sets:
         longest = longest_prompt(path, key or "text") if path else None
+        if longest is not None and isinstance(cap, int) and cap > 0:  # slime's Dataset drops longer prompts
+            longest = min(longest, cap)  # (slime/utils/data.py:278-279)
         n = max(longest or 1, 1)
         if dest not in worst or n > worst[dest][0]:
             worst[dest] = (n, f"the longest {what} prompt ({n} tokens, {path})" if longest else "a one-token prompt")
