@@ -48,9 +48,7 @@ INVALID = [
     ["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"],
     # slime's plugin contract, checked in the trainer's interpreter (trainstack/plugin_probe.py)
     ["args.custom_rm_path=trainstack.tiny.arithmetic.score"],  # a plain function: slime awaits the reward
-    ["args.group_rm=true", "env.eval_interval=null"],  # the arithmetic reward takes one sample; group_rm a group
-    ["args.group_rm=true"],  # ... and slime's eval rollout asserts group_rm is off (runtime_rules.py)
-    ["args.rollout_function_path=slime.rollout.fully_async_rollout.generate_rollout_fully_async"],  # cannot evaluate
+    ["args.group_rm=true"],  # a one-sample reward given groups; slime's eval rollout asserts group_rm is off
     ["env.rollout_max_response_len=32"],  # no room for a prompt in the tiny model's 32 positions
     ["paths.runs_root=/proc/version/runs"],
     ["env.prompt_data=/"],
