@@ -109,7 +109,7 @@ def test_a_kept_verdict_holds_until_the_plugin_changes(tmp_path, monkeypatch):
 LOCATIONS = ("shell", "runtime_env", "installed", "slime")
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(source=st.sampled_from(sorted(SIGNATURES)), where=st.sampled_from(LOCATIONS),
        backend=st.sampled_from(["tiny", "slime"]))
 def test_dry_run_and_launch_give_the_same_verdict(tmp_path_factory, monkeypatch, source, where, backend):
@@ -179,3 +179,22 @@ def test_trainstack_exec_asks_the_trainers_host(tmp_path):
         check_stored(RunSpec.from_run(run, cmd))
     assert [e.key for e in err.value.errors] == ["args.custom_rm_path"]
     assert "slime awaits it" in err.value.errors[0].problem
+
+
+def test_a_plugin_fixed_in_the_same_process_passes_at_once(tmp_path):
+    """The API's dry_run again after fixing the file: a refusal is never kept, a pass only while its files hold."""
+    plug = _plugin(tmp_path, "def reward(args, sample):\n    return 1.0\n")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        plugin_probe._MEMO.clear()
+        run, cmd = build_from_overrides(["args.custom_rm_path=my_rm.reward", f"runtime_env.pythonpath=[{plug}]"])
+        with pytest.raises(ConfigErrors):
+            preflight(run, cmd, launching=False)
+        (plug / "my_rm.py").write_text(GOOD)
+        preflight(run, cmd, launching=False)
+        (plug / "my_rm.py").write_text("def reward(args, sample):\n    return 0.5\n")  # broken again
+        with pytest.raises(ConfigErrors):
+            preflight(run, cmd, launching=False)
+    finally:
+        os.chdir(old)

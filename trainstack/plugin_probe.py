@@ -13,12 +13,12 @@ the dry run), so that the stored run behaves the same from any shell and on any 
 only through the shell's PYTHONPATH (or in the directory you launch from) is refused with the fix,
 `runtime_env.pythonpath=[DIR]`.
 
-Cost: one interpreter start plus the imports (about 3 s for the tiny backend, which imports slime and
-transformers). Verdicts are kept per process (a sweep probes once) and, when every plugin passed, on
-disk (`$XDG_CACHE_HOME/trainstack/plugin-verdicts`), keyed by the interpreter, the environment that
-decides imports, the plugins and the arguments of the contract; a kept verdict holds only while every
-non-library file the probe imported, the plugins' own files and the interpreter's site-packages
-directories are unchanged (size and mtime). A refusal is never kept: the next dry run asks again.
+Cost: one interpreter start plus the plugins' imports (tens of milliseconds for the CPU default, a
+second or two for a plugin that imports torch). A passing verdict is kept in the process (a sweep
+probes once) and on disk (`$XDG_CACHE_HOME/trainstack/plugin-verdicts`), keyed by the interpreter, the
+environment that decides imports, the plugins and the arguments of the contract; it holds only while
+every non-library file the probe imported, the plugins' own files and the interpreter's site-packages
+directories are unchanged (size and mtime). A refusal is never kept: the next check asks again.
 """
 from __future__ import annotations
 
@@ -98,7 +98,9 @@ class Verdict:
         return not self.failure and self.prelude_error is None and all(p["verdict"] == "ok" for p in self.plugins)
 
 
-_MEMO: dict[str, Verdict] = {}
+# passing verdicts of this process: key -> (verdict, the stamps it holds while). A refusal is not kept: the next
+# check asks again (a user who fixed the plugin in a notebook, the API's dry_run again).
+_MEMO: dict[str, tuple[Verdict, dict[str, list[int] | None]]] = {}
 
 
 def probe_for(facts: "HostFacts", plugins: list[tuple[str, str]]) -> Probe:
@@ -119,14 +121,18 @@ def probe_for(facts: "HostFacts", plugins: list[tuple[str, str]]) -> Probe:
 def run(probe: Probe) -> Verdict:
     """The verdict: from this process's memory, the disk, or the trainer's interpreter."""
     key = probe.key()
-    if key in _MEMO:
-        return _MEMO[key]
-    verdict = _kept(key)
-    if verdict is None:
-        verdict = _ask(probe)
-        if verdict.ok:
-            _keep(key, verdict)
-    _MEMO[key] = verdict
+    memo = _MEMO.get(key)
+    if memo is not None and _holds(memo[1]):
+        return memo[0]
+    kept = _kept(key)
+    if kept is not None:
+        _MEMO[key] = kept
+        return kept[0]
+    verdict = _ask(probe)
+    if verdict.ok:
+        stamps = _stamps(verdict)
+        _keep(key, verdict, stamps)
+        _MEMO[key] = (verdict, stamps)
     return verdict
 
 
@@ -181,12 +187,19 @@ def _stamp(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size]
 
 
-def _keep(key: str, v: Verdict) -> None:
+def _stamps(v: Verdict) -> dict[str, list[int] | None]:
+    return {p: _stamp(p) for p in [*v.files, *v.library_dirs]}
+
+
+def _holds(stamps: dict[str, list[int] | None]) -> bool:
+    return all(_stamp(p) == s for p, s in stamps.items())
+
+
+def _keep(key: str, v: Verdict, stamps: dict[str, list[int] | None]) -> None:
     d = cache_dir()
     if d is None:
         return
-    record = {"plugins": v.plugins, "python": v.python,
-              "stamps": {p: _stamp(p) for p in [*v.files, *v.library_dirs]}}
+    record = {"plugins": v.plugins, "python": v.python, "stamps": stamps}
     try:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{key}.")
@@ -197,17 +210,17 @@ def _keep(key: str, v: Verdict) -> None:
         pass  # a read-only home: probe again next time
 
 
-def _kept(key: str) -> Verdict | None:
+def _kept(key: str) -> tuple[Verdict, dict[str, list[int] | None]] | None:
     d = cache_dir()
     if d is None:
         return None
     try:
         record = json.loads((d / f"{key}.json").read_text(encoding="utf-8"))
         stamps = record["stamps"]
-        if any(_stamp(p) != s for p, s in stamps.items()):
+        if not isinstance(stamps, dict) or not _holds(stamps):
             return None
-        return Verdict(plugins=record["plugins"], python=record.get("python", ""))
-    except (OSError, ValueError, KeyError, TypeError):
+        return Verdict(plugins=record["plugins"], python=record.get("python", "")), stamps
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
