@@ -99,7 +99,7 @@ def test_a_failed_launch_raises_with_its_result(tmp_path, monkeypatch):
         with pytest.raises(TimeoutError, match="api-fail is still running"):
             opened.wait(timeout=0.3, interval=0.1)
     refused = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=json.loads"])
-    with pytest.raises(trainstack.ConfigErrors, match="slime awaits it"):  # a plain function: refused before launch
+    with pytest.raises(trainstack.ConfigErrors, match="but slime calls it as await fn"):  # refused before launch
         refused.launch()
     (tmp_path / "raising_rm.py").write_text("async def reward(args, sample, **kwargs):\n    raise RuntimeError('down')\n")
     bad = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=raising_rm.reward",
