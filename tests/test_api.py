@@ -98,8 +98,13 @@ def test_a_failed_launch_raises_with_its_result(tmp_path, monkeypatch):
         m.setattr(opened, "status", lambda: live)
         with pytest.raises(TimeoutError, match="api-fail is still running"):
             opened.wait(timeout=0.3, interval=0.1)
-    bad = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=json.loads"])
-    with pytest.raises(trainstack.RunFailed) as failed:  # the reward function cannot take a sample: exit 1
+    refused = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=json.loads"])
+    with pytest.raises(trainstack.ConfigErrors, match="but slime calls it as await fn"):  # refused before launch
+        refused.launch()
+    (tmp_path / "raising_rm.py").write_text("async def reward(args, sample, **kwargs):\n    raise RuntimeError('down')\n")
+    bad = trainstack.Run.compose(["env.num_rollout=1", "run_id=api-fail-2", "env.custom_rm_path=raising_rm.reward",
+                                  f"runtime_env.pythonpath=[{tmp_path}]"])
+    with pytest.raises(trainstack.RunFailed) as failed:  # the reward function raises in rollout 0: exit 1
         bad.launch()
     assert failed.value.result.exit_code == 1 and failed.value.result.state == "failed"
     assert "api-fail-2" in str(failed.value)

@@ -71,8 +71,7 @@ CORPUS = [
     ("more-nodes-than-cluster", [QWEN, "args.actor_num_nodes=2"], "args.actor_num_nodes"),
     ("separate-without-rollout-gpus", [QWEN, "cluster.colocate=false"], "cluster.rollout_num_gpus"),
     ("rollout-takes-all", [QWEN, "cluster.colocate=false", "cluster.rollout_num_gpus=8"], "cluster.rollout_num_gpus"),
-    ("multinode-partial-rollout", [QWEN, "cluster=slurm_8xh100", "cluster.num_nodes=2", "cluster.colocate=false",
-                                   "cluster.rollout_num_gpus=3"], "cluster.rollout_num_gpus"),
+    # (a trainer of 13 GPUs on two nodes of 8 runs: slime places GPUs one at a time, tests/test_runtime_rules.py)
     ("pp-not-dividing-layers", [QWEN, "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=8"],
      "pipeline_model_parallel_size"),
     ("heads-vs-tp", [QWEN, "model.num_attention_heads=31"], "num_attention_heads"),

@@ -46,6 +46,10 @@ INVALID = [
     ["experiment=qwen3-4B-grpo-dapo"],  # no slime checkout, data or model here
     ["args.custom_rm_path=trainstack.nope.reward"],
     ["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"],
+    # slime's plugin contract, checked in the trainer's interpreter (trainstack/plugin_probe.py)
+    ["args.custom_rm_path=trainstack.tiny.arithmetic.score"],  # a plain function: slime awaits the reward
+    ["args.group_rm=true"],  # a one-sample reward given groups; slime's eval rollout asserts group_rm is off
+    ["env.rollout_max_response_len=32"],  # no room for a prompt in the tiny model's 32 positions
     ["paths.runs_root=/proc/version/runs"],
     ["env.prompt_data=/"],
     ["env.eval_prompt_data=[arithmetic,/nonexistent/eval.jsonl]"],

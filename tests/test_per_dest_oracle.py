@@ -77,7 +77,13 @@ UPSTREAM_ONLY: dict[str, str] = {
 }
 # Probes slime's parser accepts that trainstack refuses by a rule that is not a BEYOND_PARSER one:
 # probe key -> why the refusal is right.
-TRAINSTACK_ONLY: dict[str, str] = {}
+TRAINSTACK_ONLY: dict[str, str] = {
+    "opd_type/choice": "sglang on-policy distillation without anything that puts the teacher's log-probs on the "
+                       "samples: the loss raises at the first step (slime backends/megatron_utils/loss.py:687-689; "
+                       "runtime_rules.opd_settings, issue #33)",
+    "group_rm/on": "slime's eval rollout asserts group_rm is off (rollout/sglang_rollout.py:477) and the base evaluates "
+                   "(runtime_rules.group_rm_eval, issue #33)",
+}
 
 
 def upstream_refuses(e: dict) -> str | None:

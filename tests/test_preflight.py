@@ -152,18 +152,24 @@ def test_inputs_must_be_the_right_kind(tmp_path):
     assert by_key["env.prompt_data"].source == "command line `env.prompt_data=adir`"
 
 
-def test_plugin_paths_must_be_importable_without_importing_them(tmp_path):
+def test_plugin_paths_are_imported_by_the_trainers_interpreter(tmp_path):
+    """The trainer's interpreter imports each plugin, with the trainer's PYTHONPATH (trainstack/plugin_probe.py)."""
     _, errors = checks(["args.custom_rm_path=trainstack.nope.reward"], tmp_path)
-    assert keys(errors) == ["args.custom_rm_path"] and "no module 'trainstack.nope'" in errors[0].problem
+    assert keys(errors) == ["args.custom_rm_path"] and "No module named 'trainstack.nope'" in errors[0].problem
     _, errors = checks(["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"], tmp_path)
-    assert "defines no 'rewrd'" in errors[0].problem
+    assert "has no 'rewrd'" in errors[0].problem
     _, errors = checks(["args.custom_rm_path=not-a-path"], tmp_path)
     assert "not a dotted path" in errors[0].problem
     plug = tmp_path / "myplugins"
     plug.mkdir()
-    (plug / "myreward.py").write_text("import sys\nsys.exit('imported at check time')\n\ndef reward(*a):\n    return 1\n")
+    (plug / "myreward.py").write_text("async def reward(args, sample, **kwargs):\n    return 1.0\n")
+    (plug / "exits.py").write_text("import sys\nsys.exit('no config file')\n\nasync def reward(args, sample):\n"
+                                   "    return 1.0\n")
     report, errors = checks([f"runtime_env.pythonpath=[{plug}]", "args.custom_rm_path=myreward.reward"], tmp_path)
-    assert errors == []  # found in the trainer's PYTHONPATH, and never imported (it would exit)
+    assert errors == []  # found on the trainer's PYTHONPATH
+    _, errors = checks([f"runtime_env.pythonpath=[{plug}]", "args.custom_rm_path=exits.reward"], tmp_path)
+    assert "importing 'exits' in the trainer's interpreter" in errors[0].problem  # what the trainer would hit
+    assert "SystemExit: no config file" in errors[0].problem and f"{plug}/exits.py:2" in errors[0].problem
 
 
 def test_runs_root_must_be_a_writable_directory(tmp_path):

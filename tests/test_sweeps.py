@@ -33,7 +33,7 @@ def test_dry_run_sweep_leaves_nothing_behind(tmp_path):
 def test_a_point_whose_plugin_cannot_be_found_stops_the_sweep_first(tmp_path):
     res = run_py("-m", "args.custom_rm_path=trainstack.tiny.arithmetic.reward,trainstack.nope.reward", *FAST,
                  "hydra.sweep.dir=sw", cwd=tmp_path)
-    assert res.returncode == 2 and "point 1 [" in res.stderr and "no module 'trainstack.nope'" in res.stderr
+    assert res.returncode == 2 and "point 1 [" in res.stderr and "No module named 'trainstack.nope'" in res.stderr
     assert files_under(tmp_path) == []
 
 
@@ -41,7 +41,8 @@ def test_a_point_whose_plugin_cannot_be_found_stops_the_sweep_first(tmp_path):
 def test_summary_and_exit_code_when_a_point_fails(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "flaky.py").write_text("def reward(args, sample, **kwargs):\n    raise RuntimeError('reward server down')\n")
+    (plugins / "flaky.py").write_text("async def reward(args, sample, **kwargs):\n"
+                                      "    raise RuntimeError('reward server down')\n")
     res = run_py("-m", "args.custom_rm_path=trainstack.tiny.arithmetic.reward,flaky.reward", *FAST,
                  f"runtime_env.pythonpath=[{plugins}]", "hydra.sweep.dir=sw", cwd=tmp_path, timeout=300)
     assert res.returncode == 1, res.stderr[-2000:]

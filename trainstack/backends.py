@@ -22,6 +22,10 @@ class Backend:
     capabilities: Capabilities | None = None  # None: everything slime's parser accepts
     extra: str | None = None  # the pip extra whose modules its trainer imports here (trainstack/extras.py)
     imports: tuple[str, ...] = ()  # those modules (the extra may hold more, for other uses)
+    # a function (dotted path) the trainer calls before it loads plugins; the plugin probe calls it too
+    # (trainstack/plugin_probe.py). The tiny trainer makes slime's own modules importable from the submodule
+    # (its `load`, less an import that only saves time).
+    prelude: str | None = None
 
 
 TINY_CAPABILITIES = Capabilities(
@@ -38,7 +42,8 @@ EXIT_REASONS: dict[int, str] = {
 
 SLIME = Backend("slime", needs_ray=True)
 TINY = Backend("tiny", needs_ray=False, module="trainstack.tiny.train", capabilities=TINY_CAPABILITIES, extra="cpu",
-               imports=("torch", "numpy", "transformers", "tensorboard", "pylatexenc", "jinja2", "httpx", "aiohttp"))
+               imports=("torch", "numpy", "transformers", "tensorboard", "pylatexenc", "jinja2", "httpx", "aiohttp"),
+               prelude="trainstack.tiny.slime_upstream.make_importable")
 BACKENDS: dict[str, Backend] = {b.name: b for b in (SLIME, TINY)}
 
 

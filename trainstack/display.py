@@ -220,6 +220,8 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     width = output_width(out)
     lines = [""]
     lines += fold(f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})", width, "", " " * 9)
+    if status.get("state") == "failed" and status.get("error"):  # what failed, not only the exit code
+        lines += fold(f"failed   {status['error']}", width, "", " " * 9)
     lines += fold(f"run dir  {run.run_dir}", width, "", " " * 9)
     if rewards:
         lines += fold(f"reward   rollout/raw_reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {len(rewards)} rollouts",

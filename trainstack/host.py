@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from trainstack import slime_root
+from trainstack.context_length import hf_config_problems
 from trainstack.errors import ConfigError
-from trainstack.plugin_paths import locate
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 from trainstack.upstream.select import checkout_problems, table_label
@@ -111,6 +110,7 @@ def host_problems(facts: HostFacts, only: tuple[str, ...] | None = None) -> list
     errors += input_path_problems(facts, only=only)
     if only is None:
         errors += plugin_problems(facts)
+        errors += hf_config_problems(facts)
         errors += runs_root_problems(facts, free_space=True)
         errors += prepared_root_problems(facts)
         errors += checkpoint_read_problems(facts)
@@ -215,7 +215,9 @@ def deferred_checks(facts: HostFacts) -> list[str]:
     for dest, kind, path in _inputs(facts):
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
     for dest, value in _plugins(facts):
-        out.append(f"{facts.key_of(dest)}: {value} can be imported")
+        out.append(f"{facts.key_of(dest)}: {value} imports in the trainer's interpreter and fits slime's call")
+    if found is not None and facts.backend == "slime" and facts.args.get("hf_checkpoint"):
+        out.append(f"{facts.key_of('hf_checkpoint')}: the model's context (config.json) fits the response budgets")
     out.append(f"{facts.run_dir} is writable with room for one checkpoint")
     return out
 
@@ -277,21 +279,14 @@ def _plugins(facts: HostFacts) -> list[tuple[str, str]]:
 
 
 def plugin_problems(facts: HostFacts) -> list[ConfigError]:
-    """Plugin paths that cannot be found (module file and top-level name), without importing them:
-    importing a user's module may start work, and slime's modules need GPUs."""
-    errors = []
+    """Plugins the trainer's own interpreter cannot import, with the trainer's PYTHONPATH and environment,
+    or that slime cannot call as it does (trainstack/plugin_probe.py)."""
+    from trainstack.plugin_probe import problems
+
     script = slime_script(facts)
-    roots = search_path(facts)
-    for dest, value in _plugins(facts):
-        if value.startswith("slime.") and script is not None and not script.is_file():
-            continue  # the missing checkout is reported once
-        why = locate(value, roots)
-        if why:
-            errors.append(ConfigError(facts.key_of(dest), f"cannot import {value!r}: {why}",
-                                      "write it as package.module.function, with the module on the trainer's "
-                                      "PYTHONPATH (runtime_env.pythonpath=[DIR] adds a directory)",
-                                      value=value, source=facts.source_of(dest)))
-    return errors
+    plugins = [(dest, value) for dest, value in _plugins(facts)
+               if not (value.startswith("slime.") and script is not None and not script.is_file())]  # reported once
+    return problems(facts, plugins) if plugins else []
 
 
 def checkpoint_bytes(facts: HostFacts) -> int | None:
@@ -412,15 +407,6 @@ def _size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
-
-
-def search_path(facts: HostFacts) -> list[str]:
-    """Where the trainer's Python looks for modules: its PYTHONPATH, its working directory (or the
-    script's directory), then this interpreter's own path."""
-    env_path = [p for p in facts.command.env.get("PYTHONPATH", "").split(":") if p]
-    script = slime_script(facts)
-    first = [str(script.parent)] if script is not None else [facts.command.cwd]
-    return [*first, *env_path, *[p for p in sys.path if p]]
 
 
 def pinned_commit() -> str:

@@ -291,6 +291,10 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
                 from trainstack.backends import EXIT_REASONS
 
                 reason = EXIT_REASONS.get(code) if final == "failed" and code is not None else None
+                if final == "failed" and reason is None:  # the plugin or module at fault, from the trainer's log
+                    from trainstack.failure_cause import failure_reason
+
+                    reason = failure_reason(spec, rundir.trainer_log)
                 rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
                                      exit_code=code, **({"error": reason} if reason else {}))
         except OSError as ex:

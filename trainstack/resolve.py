@@ -349,18 +349,13 @@ def derive_cluster_args(cluster: ClusterSpec, layered: dict[str, Any]) -> tuple[
         elif rollout % cluster.gpus_per_node == 0:
             out["actor_num_nodes"] = cluster.num_nodes - rollout // cluster.gpus_per_node
             out["rollout_num_gpus"] = rollout
-        elif cluster.total_gpus - rollout < cluster.gpus_per_node:
-            # slime places actor + rollout one-GPU bundles sorted by node (ray/placement_group.py): the
-            # trainer's GPUs fill part of the first node, the engines take the rest.
+        else:
+            # slime places actor + rollout one-GPU bundles sorted by node (ray/placement_group.py:47-48, :84-88)
+            # and gives the trainer the first actor_num_nodes x actor_num_gpus_per_node of them (:101, :118, :126): the
+            # trainer's GPUs fill the first nodes and part of the next, the engines take the rest (12 of 2 x 8)
             out["actor_num_nodes"] = 1
             out["actor_num_gpus_per_node"] = cluster.total_gpus - rollout
             out["rollout_num_gpus"] = rollout
-        else:
-            errors.append(ConfigError(
-                "cluster.rollout_num_gpus", f"on several nodes, the {cluster.total_gpus - rollout} training GPUs left "
-                "by the rollout must fill whole nodes or fit on one node", f"use a multiple of "
-                f"cluster.gpus_per_node ({cluster.gpus_per_node}), or leave fewer than {cluster.gpus_per_node} GPUs "
-                "for training", value=rollout))
     return out, errors
 
 

@@ -103,6 +103,8 @@ ACTION_CASES: dict[str, list[str]] = {
     "placement/rollout_gpus_under_args": ["cluster.colocate=false", "args.rollout_num_gpus=4"],
     "placement/async_separate_gpus": ["slime.entrypoint=train_async.py", "cluster.colocate=false",
                                       "cluster.rollout_num_gpus=4"],
+    # issue #33: slime turns offload back on for PPO (utils/arguments.py:1961-1962); trainstack warns, accepts
+    "slime/ppo_offload_false": ["algo=ppo", "args.offload_train=false"],
     "alias/sglang_cuda_graph_bs": ["args.sglang_cuda_graph_bs=[1,2,4,8,16]"],
     "env/null_removes_variable": ["runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=null"],
     "env/value": ["runtime_env.env_vars.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"],
@@ -175,7 +177,6 @@ INVALID_CASES: dict[str, list[str]] = {
     "disk_sync_without_dir": ["args.update_weight_transport=disk"],
     "delta_sync_colocated": ["args.update_weight_mode=delta", "args.update_weight_transport=disk",
                              "args.update_weight_disk_dir=/RUNS/w", "args.update_weight_local_checkpoint_dir=/tmp/w"],
-    "ppo_offload_false": ["algo=ppo", "args.offload_train=false"],
     "wandb_without_group": ["args.use_wandb=true", "args.wandb_group=null"],
     "separate_gpus_without_rollout": ["cluster.colocate=false"],
     "no_hf_checkpoint": ["model.hf_checkpoint=null"],

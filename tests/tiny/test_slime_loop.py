@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import run_py
 from tiny_helpers import ARCH, CLUSTER, GRPO, read_metrics, run_tiny, task_argv
+from trainstack.errors import ConfigErrors
 
 PLUGINS = '''
 import asyncio, os, time
@@ -196,11 +197,16 @@ def test_top_k_one_is_greedy(data_dir):
 
 
 def test_max_prompt_len_filters_and_context_len_caps(tmp_path, data_dir):
+    """With --sglang-allow-auto-truncate the server cuts max_new_tokens to the context, as SGLang does; without
+    it the same run is refused before it starts (5-token prompts + 2 new tokens do not fit 6: tiny/limits.py)."""
     rows = [{"prompt": "1+2=", "label": "3"}, {"prompt": "11+2=", "label": "13"}, {"prompt": "111+2=", "label": "113"}]
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     argv = _argv(data_dir, rbs=1, n=2, gbs=2)
     argv = _swap(argv, str(data_dir / "train.jsonl"), str(tmp_path / "d.jsonl"))
-    ro, _ = _rollouts(argv + ["--rollout-max-prompt-len", "5", "--rollout-max-context-len", "6"])
+    argv += ["--rollout-max-prompt-len", "5", "--rollout-max-context-len", "6"]
+    with pytest.raises(ConfigErrors, match="Requested token count exceeds"):
+        _rollouts(argv)
+    ro, _ = _rollouts(argv + ["--sglang-allow-auto-truncate"])
     try:
         assert len(ro) == 2  # slime's Dataset drops the 6-token prompt
         res = ro.generate(0)

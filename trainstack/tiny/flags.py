@@ -48,7 +48,7 @@ SUPPORTED: frozenset[str] = frozenset(
     rollout_function_path eval_function_path data_source_path buffer_filter_path dynamic_sampling_filter_path
     rollout_sample_filter_path rollout_all_samples_process_path custom_reward_post_process_path
     custom_convert_samples_to_train_data_path group_rm rm_url apply_chat_template apply_chat_template_kwargs
-    tool_key sglang_server_concurrency log_reward_category
+    tool_key sglang_server_concurrency log_reward_category sglang_allow_auto_truncate
     """.split()
 )
 

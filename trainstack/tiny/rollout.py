@@ -65,7 +65,8 @@ class SlimeRollouts:
             from . import hf_tokenizer
 
             args.hf_checkpoint = str(hf_tokenizer.write(_tokenizer_cache()))
-        self.server = TinySGLangServer(model_getter, seed=args.seed, context_len=args.rollout_max_context_len)
+        self.server = TinySGLangServer(model_getter, seed=args.seed, context_len=args.rollout_max_context_len,
+                                       allow_auto_truncate=bool(args.sglang_allow_auto_truncate))
         from slime.utils.async_utils import get_async_loop
 
         args.sglang_router_ip, args.sglang_router_port = self.server.start(get_async_loop().loop)
@@ -157,10 +158,33 @@ class SlimeRollouts:
         from slime.utils import http_utils
         from slime.utils.async_utils import get_async_loop
 
+        self._stop_fully_async_worker()
         client = http_utils._http_client
         if hasattr(client, "aclose"):
             asyncio.run_coroutine_threadsafe(client.aclose(), get_async_loop().loop).result(timeout=10)
         self.server.stop()
+
+
+    def _stop_fully_async_worker(self, timeout_s: float = 60.0) -> None:
+        """slime's fully-async rollout keeps generating in a thread of its own between rollouts
+        (slime/rollout/fully_async_rollout.py:97-100, :128-186) and stops it only at interpreter exit
+        (:65-73, atexit), after this server and HTTP client are gone. Stop it here instead: its stop flag,
+        then the server drains (queued and new requests end ABORTED, as slime's /abort_request has SGLang
+        do) until its in-flight groups are back and the thread has ended; then slime's own stop."""
+        import time
+
+        module = sys.modules.get("slime.rollout.fully_async_rollout")
+        worker = getattr(module, "_global_worker", None)
+        if module is None or worker is None:
+            return
+        worker.running = False
+        deadline = time.monotonic() + timeout_s
+        thread = worker.worker_thread
+        self.server.drain()
+        while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+            self.server.drain()  # what was decoding when the last drain came is queued again or done
+            thread.join(timeout=0.2)
+        module._stop_global_worker()
 
 
 def _rollout_id_setter():

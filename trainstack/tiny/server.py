@@ -39,11 +39,14 @@ from .tokenizer import CharTokenizer
 
 class TinySGLangServer:
     def __init__(self, model_getter: Callable, *, seed: int = 0, context_len: int | None = None,
-                 tokenizer: CharTokenizer | None = None, window_s: float = 0.002, max_batch: int = 1024):
+                 tokenizer: CharTokenizer | None = None, window_s: float = 0.002, max_batch: int = 1024,
+                 allow_auto_truncate: bool = False):
         self.model_getter = model_getter
         self.tok = tokenizer or CharTokenizer()
         self.seed = seed
         self.context_len = context_len
+        self.allow_auto_truncate = allow_auto_truncate  # SGLang's --allow-auto-truncate: cut, do not refuse
+        self.draining = False  # set by drain(): the run is ending, no more decoding
         self.window_s = window_s
         self.max_batch = max_batch
         self.requests = 0  # /generate calls served
@@ -79,6 +82,7 @@ class TinySGLangServer:
         occurrence = self._seen.get(key, 0)
         self._seen[key] = occurrence + 1
         rng = random.Random(derive_seed(self.seed, *self._scope, key, occurrence))
+        self._check_length(len(ids), int(sp.get("max_new_tokens") or 128))
         req = Request(ids=ids, max_new_tokens=int(sp.get("max_new_tokens") or 128),
                       temperature=float(sp.get("temperature", 1.0)), top_p=float(sp.get("top_p", 1.0)),
                       top_k=int(sp.get("top_k", -1) if sp.get("top_k") is not None else -1),
@@ -86,6 +90,22 @@ class TinySGLangServer:
                       stop=stop, rng=rng,
                       want_top_p_ids=bool((sp.get("custom_params") or {}).get("return_top_p_token_ids")))
         return req, sp
+
+    def context(self) -> int:
+        """The context a request must fit: the model's positions, capped by --rollout-max-context-len."""
+        return min(self.model_getter().config.max_position_embeddings, self.context_len or 1 << 30)
+
+    def _check_length(self, n_input: int, max_new_tokens: int) -> None:
+        """Refuse what SGLang's TokenizerManager._validate_one_request refuses, with its words (the decoder would
+        otherwise cap the budget silently, and training would see shorter samples than a GPU run)."""
+        ctx = self.context()
+        if n_input >= ctx:
+            raise ValueError(f"The input ({n_input} tokens) is longer than the model's context length ({ctx} tokens).")
+        if n_input + max_new_tokens > ctx and not self.allow_auto_truncate:
+            raise ValueError(f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You "
+                             f"requested a total of {n_input + max_new_tokens} tokens: {n_input} tokens from the input "
+                             f"messages and {max_new_tokens} tokens for the completion. Please reduce the number of "
+                             "tokens in the input messages or the completion to fit within the limit.")
 
     def _response(self, r: Request, sp: dict, body: dict) -> dict:
         out = list(r.output_ids)
@@ -109,6 +129,9 @@ class TinySGLangServer:
     async def _generate(self, body: dict) -> dict:
         assert self._loop is not None and self._wake is not None
         req, sp = self._request(body)
+        if self.draining:  # shutting down: every request ends aborted at once, as a queued one does
+            req.finish_reason = "abort"
+            return self._response(req, sp, body)
         fut = self._loop.create_future()
         self._pending.append((req, sp, fut))
         self._wake.set()
@@ -132,7 +155,7 @@ class TinySGLangServer:
             self.requests += len(batch)
             self.batches += 1
             model = self.model_getter()
-            ctx = min(model.config.max_position_embeddings, self.context_len or 1 << 30)
+            ctx = min(model.config.max_position_embeddings, self.context_len or 1 << 30)  # auto-truncate cuts here
             try:
                 decode(model, [r for r, _, _ in batch], ctx, self.tok.decode)
             except Exception as e:  # every waiter gets the error (an HTTP 400), the server lives on
@@ -143,6 +166,12 @@ class TinySGLangServer:
             for _, _, fut in batch:
                 if not fut.done():
                     fut.set_result(None)
+
+    def drain(self) -> None:
+        """The run is over: abort what is queued and every request still to come (from this thread, any)."""
+        self.draining = True
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._abort_all)
 
     def _abort_all(self) -> None:
         for req, _, fut in self._pending:

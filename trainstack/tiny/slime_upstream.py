@@ -208,6 +208,16 @@ def defer_import(name: str) -> bool:
 
 def load(root: Path | None = None) -> Path:
     """Make ``import slime...`` resolve to the submodule's source; returns the checkout used."""
+    root = make_importable(root)
+    _import_processing_utils()
+    return root
+
+
+def make_importable(root: Path | None = None) -> Path:
+    """What :func:`load` does before the import of slime's ``processing_utils`` (transformers' processor
+    names made lazy there: a speed-up only): slime's checkout on ``sys.path``, SGLang's stand-ins, the
+    deferred imports. The plugin probe's prelude (trainstack/backends.py): a plugin imports as in the
+    trainer, without 2-3 s of transformers and torch that a plugin which does not import them never pays."""
     root = (root or slime_root()).resolve()
     if not (root / "slime" / "__init__.py").is_file():
         from trainstack.argtable import load_table
@@ -230,7 +240,6 @@ def load(root: Path | None = None) -> Path:
         defer_import(name)
     install_absent_standins()
     importlib.import_module("slime")
-    _import_processing_utils()
     return root
 
 
@@ -525,22 +534,31 @@ class AiohttpClient:
     the connection pool underneath is aiohttp's (slime's other HTTP dependency). Why: httpx's pool
     serves a burst of concurrent requests in roughly quadratic time; slime sends a whole rollout
     (256 requests in cpu-smoke) at once, which took 2.5-12 s per rollout with httpx on a 2-core
-    machine against 0.3-0.4 s with aiohttp keep-alive (docs/benchmarks.md). The session is created on
-    the event loop that first uses it (slime's rollout loop).
+    machine against 0.3-0.4 s with aiohttp keep-alive (docs/benchmarks.md). A session belongs to the event
+    loop it was made on, so there is one per loop that posts: slime's rollout loop (`primary`), and any other,
+    such as the worker thread's own loop of the fully-async rollout (slime/rollout/fully_async_rollout.py:
+    132-133). Another loop's session keeps no idle connection (`force_close`): its loop may end before the
+    run does, and what it left open could no longer be closed.
     """
 
-    def __init__(self, limit: int = 0):
+    def __init__(self, limit: int = 0, primary: Any = None):
         self.limit = limit
-        self._session = None
+        self.primary = primary  # slime's rollout loop (slime.utils.async_utils.get_async_loop().loop)
+        self._sessions: dict = {}  # event loop -> its aiohttp session
 
     def _sess(self):
+        import asyncio
+
         import aiohttp
 
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.limit), timeout=aiohttp.ClientTimeout(total=None),
-                trust_env=False)
-        return self._session
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            keep_alive = self.primary is None or loop is self.primary
+            session = self._sessions[loop] = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.limit, force_close=not keep_alive),
+                timeout=aiohttp.ClientTimeout(total=None), trust_env=False)
+        return session
 
     async def post(self, url: str, json=None, headers=None) -> _Response:
         async with self._sess().post(url, json=json, headers=headers) as r:
@@ -551,8 +569,21 @@ class AiohttpClient:
             return _Response(r.status, await r.read(), url)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        """Close this loop's session; another loop's: on that loop while it runs, else (it has ended, e.g.
+        the fully-async worker's) detached, since a closed loop cannot await anything."""
+        import asyncio
+
+        here = asyncio.get_running_loop()
+        for loop, session in list(self._sessions.items()):
+            if session.closed:
+                pass
+            elif loop is here:
+                await session.close()
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=10)
+            else:
+                session.detach()
+        self._sessions.clear()
 
 
 class InProcessClient(AiohttpClient):
@@ -566,8 +597,8 @@ class InProcessClient(AiohttpClient):
     a router a plugin names) and any call from another event loop go over HTTP as before.
     """
 
-    def __init__(self, server, limit: int = 0):
-        super().__init__(limit)
+    def __init__(self, server, limit: int = 0, primary: Any = None):
+        super().__init__(limit, primary)
         self.server = server
 
     def _route(self, url: str) -> str | None:
@@ -612,4 +643,8 @@ def install_http_client(args, server=None) -> None:
 
     http_utils.init_http_client(args)
     limit = http_utils._client_concurrency  # the pool size slime's own init computed (its formula varies by version)
-    http_utils._http_client = AiohttpClient(limit=limit) if server is None else InProcessClient(server, limit=limit)
+    from slime.utils.async_utils import get_async_loop
+
+    primary = get_async_loop().loop
+    http_utils._http_client = (AiohttpClient(limit=limit, primary=primary) if server is None
+                               else InProcessClient(server, limit=limit, primary=primary))

@@ -174,6 +174,11 @@ def validate(parsed: ParsedArgv, env: Mapping[str, str] = os.environ) -> None:
         err("wandb_group", "--use-wandb needs --wandb-group (slime crashes without it)", "add --wandb-group NAME")
     if a.use_tensorboard and not a.tb_project_name and not env.get("TENSORBOARD_DIR"):
         err("tb_project_name", "--use-tensorboard needs --tb-project-name or env TENSORBOARD_DIR")
+    if a.max_position_embeddings:  # every prompt + response fits the model (limits.py)
+        from .limits import problems as length_problems
+
+        for dest, problem, fix, value in length_problems(a):
+            err(dest, problem, fix, value=value)
 
     # load resolution (slime rule 5)
     a.resume = bool(a.load) and os.path.isfile(os.path.join(a.load, TRACKER)) and not _is_release(a.load)

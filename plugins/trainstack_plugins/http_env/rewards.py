@@ -20,9 +20,21 @@ NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_NORMALISED = ("grpo", "gspo", "cispo")
 
 
+# slime's parser defaults, for an `args` that lacks them (slime's own plugin-contract test passes a bare one:
+# slime/tests/plugin_contracts/test_plugin_runtime_hook_contracts.py `invoke_reward_post_process`)
+DEFAULTS = {"reward_key": None, "advantage_estimator": "grpo", "rewards_normalization": True,
+            "grpo_std_normalization": True}
+
+
+def _arg(args: Any, name: str) -> Any:
+    return getattr(args, name, DEFAULTS[name])
+
+
 def normalize_by_group(args: Any, samples: list) -> tuple[list[float], list[float]]:
-    raw = [float(s.get_reward_value(args)) for s in samples]
-    if args.advantage_estimator not in NORMALISED or not args.rewards_normalization:
+    key = _arg(args, "reward_key")  # Sample.get_reward_value (slime/utils/types.py:246-247), with the default
+    raw = [float(s.reward if not key else s.reward[key]) for s in samples]
+    estimator = _arg(args, "advantage_estimator")
+    if estimator not in NORMALISED or not _arg(args, "rewards_normalization"):
         return raw, list(raw)
     episodes: dict[Any, dict[Any, float]] = defaultdict(dict)  # group -> rollout -> reward
     for i, s in enumerate(samples):
@@ -39,7 +51,7 @@ def normalize_by_group(args: Any, samples: list) -> tuple[list[float], list[floa
     for s, r in zip(samples, raw):
         mean, std = stats[s.group_index]
         value = r - mean
-        if args.advantage_estimator in STD_NORMALISED and args.grpo_std_normalization:
+        if estimator in STD_NORMALISED and _arg(args, "grpo_std_normalization"):
             value /= std + 1e-6
         out.append(value)
     return raw, out
