@@ -3,7 +3,7 @@
 A pip-installed trainstack has no `slime/` submodule beside it, so "where is slime" must be asked
 the same way everywhere (docs/install.md, "slime"). `resolve` turns `slime.root` into the checkout a
 run uses: the value given (relative: from the directory you launch in); unset, `$TRAINSTACK_SLIME_ROOT`
-(docker/Dockerfile sets it), then `$SLIME_ROOT`, then `./slime` where you launch when it exists, then
+(docker/Dockerfile sets it), then `$SLIME_ROOT`, then `./slime` where you launch when it exists (and is not slime's own package, as inside a checkout), then
 the `slime/` submodule of the trainstack checkout this code runs from (so `python run.py` works from
 any directory of a clone), else `./slime` (which the dry run refuses with `fetch_fix`). The launch
 hands the answer to the tiny trainer in `$TRAINSTACK_SLIME_ROOT` (trainstack/render.py).
@@ -32,7 +32,8 @@ def resolve(root: str | None, cwd: str | Path) -> str:
         return _absolute(given, cwd)
     here = Path(_absolute("slime", cwd))
     sub = checkout_submodule()
-    if here.exists() or sub is None:
+    if (here.exists() and not (here / "__init__.py").is_file()) or sub is None:  # (inside a checkout, ./slime is
+        # slime's Python package, not a checkout)
         return str(here)
     return str(sub)
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from typing import Any
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -43,6 +44,25 @@ def ray_answers(address: str, timeout: float = 2.0) -> bool:
             return r.status == 200
     except OSError:
         return False
+
+
+_ANSWERS: dict[str, bool] = {}
+
+
+def _answers_cached(address: str) -> bool:
+    """`ray_answers`, asked once per address in a process (a sweep's points share the answer); a cluster that
+    answered is trusted, one that did not is asked again (it may have been started since)."""
+    if not _ANSWERS.get(address):
+        _ANSWERS[address] = ray_answers(address, timeout=1.0)
+    return _ANSWERS[address]
+
+
+def no_cluster_error(address: str):
+    from trainstack.errors import ConfigError
+
+    return ConfigError("cluster.ray_job.address", f"no Ray cluster answers at {address}",
+                       "start one (ray start --head ...), set cluster.ray_job.address, or "
+                       "cluster.ray_job.start_head=true to start a local head on 127.0.0.1", value=address)
 
 
 class LocalRayHead:
@@ -252,6 +272,16 @@ class RayJobLauncher(Launcher):
 
         return start_detached(spec, self.name)
 
+    @classmethod
+    def settings_problems(cls, cluster: Any) -> list:
+        """No Ray cluster answering at the address, and none to be started: the launch would refuse it
+        (`execute`), so the dry run asks the address too (once per address and process)."""
+        settings = dict(cluster.settings or {})
+        address = str(settings.get("address") or DEFAULT_ADDRESS)
+        if settings.get("start_head") or _answers_cached(address):
+            return []
+        return [no_cluster_error(address)]
+
     def submit_host_problems(self, dry: bool = False):
         """Submitting a Ray job (and starting a head) takes Ray's client: the `ray` extra."""
         from trainstack.extras import problem
@@ -259,7 +289,7 @@ class RayJobLauncher(Launcher):
         return problem("cluster.launcher", "ray", "the ray_job launcher (Ray's job client)", value="ray_job")
 
     def execute(self, spec: RunSpec) -> int:
-        from trainstack.errors import ConfigError, ConfigErrors
+        from trainstack.errors import ConfigErrors
         from trainstack.lifecycle import execute
 
         cluster = spec.cluster
@@ -268,10 +298,7 @@ class RayJobLauncher(Launcher):
         head = None
         if not ray_answers(address):
             if not settings.start_head:
-                raise ConfigErrors([ConfigError("cluster.ray_job.address", f"no Ray cluster answers at {address}",
-                                                "start one (ray start --head ...), set cluster.ray_job.address, or "
-                                                "cluster.ray_job.start_head=true to start a local head on 127.0.0.1",
-                                                value=address)])
+                raise ConfigErrors([no_cluster_error(address)])
             port = urlparse(address).port or 8265
             rundir = RunDir(spec.run_dir)
             rundir.logs.mkdir(parents=True, exist_ok=True)
