@@ -22,11 +22,12 @@ import sys
 from typing import Callable, Protocol
 
 from trainstack import hooks
-from trainstack.checkpoints import inspect, plan_recovery
+from trainstack.checkpoints import discard_all, inspect, load_failures, plan_recovery, write_identity
 from trainstack.errors import RuntimeFailure
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.lease import Lease, LeaseHeld
-from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
+from trainstack.published_history import FRESH_START
+from trainstack.resume import FINISHED, FRESH, RESUME, ResumePlan, check_inputs_here, plan, training_identity
 from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
@@ -160,7 +161,11 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         _recover(spec, rundir, resume_plan)  # the local save dir says what the plan read
         for before in hooks.get(hooks.BEFORE_TRAINER):  # e.g. a Hub checkpoint downloaded + checked here
             before(hooks.RunContext(spec, rundir, lease, resume_plan))
-        return _run_with_lease(spec, rundir, lease, resume_plan, start)
+        code = _run_with_lease(spec, rundir, lease, resume_plan, start)
+        fallback = _after_load_failure(spec, rundir, resume_plan, code)
+        if fallback is not None:  # once: a second failure is refused by the plan (resume.py)
+            code = _run_with_lease(spec, rundir, lease, fallback, start)
+        return code
     except OSError as ex:
         if ex.errno not in STORAGE_ERRNOS:
             raise
@@ -198,9 +203,41 @@ def _release(lease: Lease, rundir: RunDir) -> None:
                 pass  # the lease lapses after its TTL: status says "stale" then
 
 
+def _after_load_failure(spec: RunSpec, rundir: RunDir, rp: ResumePlan, code: int) -> ResumePlan | None:
+    """The trainer could not load the checkpoint it resumed from (it recorded that in the save dir):
+    set it aside and resume from the previous intact one, once, in this launch. None: nothing to do,
+    or no fallback (the plan says why)."""
+    from trainstack.errors import ConfigErrors
+
+    if rp.action != RESUME or rp.checkpoint.latest_complete is None or code in (0, EXIT_FENCED) or code >= 128:
+        return None
+    if rp.checkpoint.latest_complete not in load_failures(rp.checkpoint.save_dir):
+        return None
+    try:
+        fallback = plan(spec, rundir, dry=False)
+    except ConfigErrors as err:
+        print(err.render().replace("nothing was launched", "nothing more is launched"), file=sys.stderr, flush=True)
+        return None
+    if fallback.action != RESUME:
+        return None
+    _recover(spec, rundir, fallback)
+    rundir.event("checkpoint_load_failed", checkpoint=rp.checkpoint.latest_complete,
+                 fallback=fallback.checkpoint.latest_complete)
+    return fallback
+
+
 def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
     """Make the save dir say what the plan read: move unpublished or broken iter dirs aside and
-    point the tracker at the checkpoint the plan resumes from (under the lease, before the trainer)."""
+    point the tracker at the checkpoint the plan resumes from (under the lease, before the trainer).
+    resume.mode=fresh: move every earlier checkpoint aside (kept), so the run starts from zero."""
+    if rp.action == FRESH and spec.resume.mode == "fresh":
+        moved = discard_all(rp.checkpoint.save_dir)
+        if moved:
+            rundir.event("checkpoint_recovery", problem="resume.mode=fresh: starting over", tracker=None,
+                         moved_aside=moved)
+            print(f"trainstack: {spec.run_id}: resume.mode=fresh: starting over; moved aside (kept): "
+                  f"{', '.join(os.path.basename(m) for m in moved)}", file=sys.stderr, flush=True)
+        return
     recovery = plan_recovery(rp.checkpoint)
     if recovery is None:
         return
@@ -226,13 +263,15 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         prepare_inputs(spec, rundir)
     prepare_data(spec.data_prepare, spec.data_root)
     rundir.write_spec(spec)
+    write_identity(rp.checkpoint.save_dir, training_identity(spec))  # copied into every checkpoint's manifest
     argv = spec.slime_command().full_argv()
     if rp.action == RESUME:
         rundir.event("resume", from_rollout=rp.from_rollout, checkpoint=rp.checkpoint.latest_complete,
                      allowed_changes={k: list(v) for k, v in (rp.changes or {}).items()}, lease_epoch=lease.record.epoch,
                      argv=argv)
     else:
-        rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv)
+        rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv,
+                     **({FRESH_START: True} if spec.resume.mode == "fresh" else {}))
     print(f"trainstack: {spec.run_id}: {rp.describe()}; run dir {spec.run_dir}", file=sys.stderr, flush=True)
     rundir.update_status(run_id=spec.run_id, state="running", num_rollout=rp.num_rollout, host=lease.record.host,
                          pid=os.getpid(), last_checkpoint=rp.checkpoint.latest_complete, lease_epoch=lease.record.epoch,

@@ -151,12 +151,14 @@ class RuntimeEnvSpec:
 class ResumeSpec:
     """What relaunching an existing run_id does (see docs/resume.md)."""
 
-    mode: str = "auto"  # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none
+    # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none;
+    # fresh: start over from zero knowingly (earlier checkpoints moved aside, kept)
+    mode: str = "auto"
     allow_changes: list[str] = field(default_factory=list)  # training-relevant dests allowed to differ on resume
     lease_ttl_s: float = 120.0  # one writer per run: a dead holder's lease is taken over after this (>= 3 x (grace_s + 2))
     grace_s: float = 30.0  # after SIGINT/SIGTERM, time for a final checkpoint before the group is killed
 
-    CHOICES = {"mode": ("auto", "never", "must")}
+    CHOICES = {"mode": ("auto", "never", "must", "fresh")}
     MAX_S = 7 * 86400.0  # longer would block a dead run for a week (and overflow the renewal thread's waits)
     # names that are not dests: start over although checkpoints were recorded (resume.py), move a run to
     # another launcher (binding.py)

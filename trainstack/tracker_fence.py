@@ -13,7 +13,8 @@ which Megatron's `read_metadata` exits on) and records no epoch. slime cannot be
 trainer process gets `open_file` replaced in that module (`patch`): opening the tracker for
 writing returns a buffer whose close is `publish_tracker`:
 
-    fence check -> write a temp file, fsync -> fence check -> rename over the tracker
+    fence check -> iter_N/manifest.json (every file's size, SHA-256 up to HASH_MAX_BYTES, the epoch,
+    the run's training identity) -> write a temp file, fsync -> fence check -> rename over the tracker
     -> one publish.jsonl line {iter, epoch, pid, time, writer: megatron}
 
 the same publish the tiny trainer does (trainstack/tiny/checkpoint.py), so the resume plan's rule
@@ -99,6 +100,9 @@ def publish_tracker(path: str, text: str, fence: Fence | None) -> None:
     save_dir = os.path.dirname(os.path.abspath(path))
     if fence is not None:
         fence.check()
+    value = text.strip()
+    if value.isdigit():  # the checkpoint's proof and identity, before it becomes visible
+        write_manifest(save_dir, int(value), fence)
     tmp = f"{path}.tmp.{os.getpid()}.{secrets.token_hex(3)}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -114,12 +118,49 @@ def publish_tracker(path: str, text: str, fence: Fence | None) -> None:
         except OSError:
             pass
         raise
-    value = text.strip()
     if value.isdigit():
         line = {"iter": int(value), "epoch": fence.epoch if fence else None, "pid": os.getpid(),
                 "time": time.time(), "writer": WRITER}
         with open(os.path.join(save_dir, PUBLISH_LOG), "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
+
+
+# Files above this size are recorded by size only: hashing a multi-GB torch_dist shard on rank 0 at every
+# save would stall training (docs/resume.md, "slime's Megatron checkpoints").
+HASH_MAX_BYTES = 64 << 20
+
+
+def write_manifest(save_dir: str, iteration: int, fence: Fence | None) -> bool:
+    """`iter_N/manifest.json` for a Megatron checkpoint Megatron just finalized: every file with its
+    size, the SHA-256 of each up to HASH_MAX_BYTES, the writer's epoch and the run's training identity
+    (`<save>/identity.json`). False when there is no such iter dir (nothing to describe)."""
+    from trainstack import checkpoints as ck
+    from trainstack.rundir.layout import MANIFEST, iter_name
+
+    root = os.path.join(save_dir, iter_name(iteration))
+    if not os.path.isdir(root):
+        return False
+    rel: list[str] = []
+    sums: dict[str, str] = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            r = os.path.relpath(full, save_dir)
+            if name == MANIFEST and dirpath == root:
+                continue
+            rel.append(r)
+            if os.path.getsize(full) <= HASH_MAX_BYTES:
+                sums[r] = ck.file_sha256(full)
+    manifest = ck.Manifest.of_files(save_dir, iteration, rel, WRITER, fence.epoch if fence else None, sums,
+                                    ck.read_identity(save_dir))
+    target = os.path.join(root, MANIFEST)
+    tmp = f"{target}.tmp.{os.getpid()}.{secrets.token_hex(3)}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(manifest.to_json())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    return True
 
 
 def fenced_opener(original: Callable[..., Any], fence: Fence | None = None,

@@ -50,6 +50,8 @@ DATA_CURSOR = "rollout/global_dataset_state_dict_{rollout_id}.pt"  # slime's dat
 MANIFEST = "manifest.json"  # in an iter dir: every file of the checkpoint with its size (docs/resume.md)
 INCOMPLETE_DIR = ".incomplete"  # under --save: unpublished or broken iter dirs moved aside, never deleted
 PUBLISH_LOG = "publish.jsonl"  # under --save: one line per checkpoint the tiny trainer published (iter, epoch)
+CHECKPOINT_IDENTITY = "identity.json"  # under --save: what the run trains (run_id, args, inputs); copied into manifests
+LOAD_FAILURES = "load_failures.jsonl"  # under --save: a published checkpoint the trainer could not load (iter, error)
 SECRETS = ".secrets.json"  # mode 0600, only while a Ray job runs: the entrypoint reads its secrets from it
 # Sweep directory.
 SWEEP_MANIFEST = "sweep.json"
