@@ -293,3 +293,35 @@ def test_end_to_end_load_failure_fallback_then_no_silent_restart(tmp_path):
     fresh = launch("env.num_rollout=1", "resume=fresh")
     assert fresh.returncode == 0 and "resume.mode=fresh: starting over" in fresh.stderr
     assert (save / TRACKER).read_text() == "0" and any((save / ".incomplete").glob("publish.jsonl.*"))
+
+
+def test_a_megatron_load_failure_is_recorded_for_the_run_s_own_checkpoint_only(tmp_path):
+    """The site hook also wraps Megatron's load_checkpoint; slime binds the wrapped one because it
+    imports the name from Megatron's module (checked in slime's own source, the submodule)."""
+    import ast
+    import types
+
+    from conftest import ROOT
+    from trainstack.checkpoints import load_failures
+    from trainstack.tracker_fence import MEGATRON_CONTRACT, MEGATRON_MODULE, patch
+
+    src = (ROOT / "slime" / "slime" / "backends" / "megatron_utils" / "checkpoint.py").read_text()
+    imports = {(n.module, a.name) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert (MEGATRON_MODULE, MEGATRON_CONTRACT["loader"]) in imports
+
+    save = tmp_path / "checkpoints"
+    save.mkdir()
+    (save / TRACKER).write_text("7")
+    margs = types.SimpleNamespace(load=str(save), save=str(save), ref_load=str(tmp_path / "base"))
+
+    def load_checkpoint(ddp_model, optimizer, opt_param_scheduler, load_arg="load", **kw):
+        raise RuntimeError("PytorchStreamReader failed reading zip archive")
+
+    ns = {"open_file": open, "load_checkpoint": load_checkpoint, "get_args": lambda: margs}
+    assert patch(ns) and patch(ns)  # idempotent: wrapped once
+    with pytest.raises(RuntimeError, match="zip archive"):
+        ns["load_checkpoint"](None, None, None, load_arg="ref_load")  # the base weights: not ours
+    assert load_failures(str(save)) == {}
+    with pytest.raises(RuntimeError, match="zip archive"):
+        ns["load_checkpoint"](ddp_model=None, optimizer=None, opt_param_scheduler=None)
+    assert load_failures(str(save)) == {7: "RuntimeError: PytorchStreamReader failed reading zip archive"}

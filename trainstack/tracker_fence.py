@@ -67,6 +67,10 @@ MEGATRON_CONTRACT = {
     "tracker_name_function": "get_checkpoint_tracker_filename",
     "tracker_file": TRACKER,
     "write_mode": "w",
+    # the loader slime calls (slime/backends/megatron_utils/checkpoint.py imports it from the module, so
+    # a wrapper set right after the module executes is the one slime binds) and Megatron's args getter
+    "loader": "load_checkpoint",
+    "args_getter": "get_args",
     # sha256 of ast.unparse() of the finalizer that writes the tracker: a changed one is re-read by hand
     "finalizer_sha256": "596c79b2149fe8e20f1c8e11048a9c9db84379c6316648dc198b8039f3ba7f2e",
 }
@@ -176,16 +180,50 @@ def fenced_opener(original: Callable[..., Any], fence: Fence | None = None,
     return open_file
 
 
+def recording_loader(original: Callable[..., Any], ns: dict[str, Any]) -> Callable[..., Any]:
+    """Megatron's `load_checkpoint`, recording a failure to load the run's own published checkpoint in
+    `<save>/load_failures.jsonl` (trainstack/checkpoints.py): the launcher sets it aside once and
+    resumes from the previous intact one, instead of every relaunch dying on it."""
+
+    def load_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except Exception as ex:
+            _record_failure(ns, str(kwargs.get("load_arg", "load")), ex)
+            raise
+
+    setattr(load_checkpoint, _PATCHED, original)
+    return load_checkpoint
+
+
+def _record_failure(ns: dict[str, Any], load_arg: str, ex: BaseException) -> None:
+    try:
+        margs = ns[MEGATRON_CONTRACT["args_getter"]]()
+        load, save = getattr(margs, load_arg, None), getattr(margs, "save", None)
+        if not load or not save or os.path.realpath(load) != os.path.realpath(save):
+            return  # initial weights (ref_load, a pretrained checkpoint): not this run's to set aside
+        from trainstack import checkpoints as ck
+
+        tracker = ck.read_tracker(load)
+        if tracker is not None and tracker.isdigit():
+            ck.record_load_failure(load, int(tracker), f"{type(ex).__name__}: {ex}")
+    except Exception:  # noqa: BLE001 - recording must never hide the load's own error
+        pass
+
+
 def patch(module: ModuleType | dict[str, Any], fence: Fence | None = None) -> bool:
-    """Replace `open_file` in Megatron's checkpointing module (or a namespace holding its functions);
-    False when there is none to replace (a Megatron without it: tests/test_tracker_fence.py says
-    which). Idempotent."""
+    """Replace `open_file` in Megatron's checkpointing module (or a namespace holding its functions),
+    and wrap its `load_checkpoint` (recording_loader); False when there is no `open_file` to replace
+    (a Megatron without it: tests/test_tracker_fence.py says which). Idempotent."""
     ns = module if isinstance(module, dict) else vars(module)
     current = ns.get(PATCHED_GLOBAL)
     if current is None:
         return False
     if not hasattr(current, _PATCHED):
         ns[PATCHED_GLOBAL] = fenced_opener(current, fence)
+    loader = ns.get(MEGATRON_CONTRACT["loader"])
+    if callable(loader) and not hasattr(loader, _PATCHED):
+        ns[MEGATRON_CONTRACT["loader"]] = recording_loader(loader, ns)
     return True
 
 
