@@ -278,6 +278,17 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
     if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
         return [ConfigError(key, f"{base} is not writable, so {run_dir} cannot be created",
                             "set paths.runs_root to a writable directory", value=str(runs_root))]
+    for sub in (run_dir / layout.CHECKPOINTS, run_dir / layout.LOGS):  # a run dir's own folders, on their own mounts
+        if sub.is_dir() and (_read_only(sub) or not os.access(sub, os.W_OK | os.X_OK)):
+            import errno
+
+            from trainstack.storage import fix_for
+
+            ro = _read_only(sub)
+            why = "is on a read-only filesystem" if ro else "is not writable here (permission denied)"
+            kind = OSError(errno.EROFS if ro else errno.EACCES, why, str(sub))
+            return [ConfigError(str(sub), f"{why}: the run writes its checkpoints and logs there",
+                                fix_for(kind, str(sub), "then launch again"), value=str(sub))]
     need = checkpoint_bytes(facts)
     if free_space and need is not None:
         free = shutil.disk_usage(base).free

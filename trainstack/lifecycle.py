@@ -15,13 +15,12 @@ after that, whatever signal stopped the trainer), 128+N stopped by signal N, oth
 """
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import sys
 from typing import Callable, Protocol
 
-from trainstack import hooks
+from trainstack import hooks, storage
 from trainstack.checkpoints import discard_all, inspect, load_failures, plan_recovery, write_identity
 from trainstack.errors import RuntimeFailure
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
@@ -32,8 +31,8 @@ from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
 EXIT_BUSY = 3  # another process holds the run
-# The run dir cannot be written: a full disk, a quota, a read-only or failing volume.
-STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO") if hasattr(errno, n))
+# The run dir cannot be written: a full disk, a quota, a read-only or failing volume, permission denied.
+STORAGE_ERRNOS = storage.STORAGE_ERRNOS
 
 
 class StorageFailure(RuntimeFailure):
@@ -43,10 +42,8 @@ class StorageFailure(RuntimeFailure):
 
 
 def storage_failure(ex: OSError, run_dir: str) -> StorageFailure:
-    where = f" writing {ex.filename}" if ex.filename else ""
-    return StorageFailure(f"{ex.strerror or ex}{where} (run dir {run_dir})",
-                          f"free space on that filesystem (df -h {run_dir}), then relaunch: the run resumes from its "
-                          "last complete checkpoint")
+    problem, fix = storage.message(ex, run_dir)
+    return StorageFailure(f"{problem} (run dir {run_dir})", fix)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -152,7 +149,7 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
               f"taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.", file=sys.stderr)
         return EXIT_BUSY
     except OSError as ex:  # the lease's own small writes: a full disk before anything ran
-        if ex.errno not in STORAGE_ERRNOS:
+        if not storage.hits(ex, spec.run_dir):
             raise
         raise storage_failure(ex, spec.run_dir) from None
     try:
@@ -167,7 +164,7 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
             code = _run_with_lease(spec, rundir, lease, fallback, start)
         return code
     except OSError as ex:
-        if ex.errno not in STORAGE_ERRNOS:
+        if not storage.hits(ex, spec.run_dir):
             raise
         failure = storage_failure(ex, spec.run_dir)
         _record(rundir, "storage_failed", state="failed", error=failure.problem)
@@ -333,7 +330,7 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
                 rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
                                      exit_code=code, **({"error": reason} if reason else {}))
         except OSError as ex:
-            if ex.errno not in STORAGE_ERRNOS:
+            if not storage.hits(ex, spec.run_dir):
                 raise
             print(f"trainstack: {spec.run_id}: the trainer exited ({final}, code {code}) but its final state could "
                   f"not be recorded: {ex.strerror or ex}; `trainstack status` judges it from the lease",

@@ -366,11 +366,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from .validate import main_parse
 
+    parsed = None
     try:
         parsed = main_parse(argv)
         return run(parsed.args, parsed.ignored)
     except ConfigErrors as e:
         report_and_exit(e)
+    except (OSError, RuntimeError) as e:  # a full disk, a read-only volume: one message, exit 5 (docs/resume.md)
+        from trainstack import storage
+
+        save = getattr(getattr(parsed, "args", None), "save", None)
+        where = os.path.dirname(os.path.abspath(save)) if save else os.getcwd()
+        if not storage.hits(e, where):
+            raise
+        problem, fix = storage.message(e, where)
+        _say(f"the run's storage failed: {problem}\n  fix   : {fix}")
+        return storage.EXIT_STORAGE
     except Fenced as e:
         _say(f"stopping without publishing a checkpoint: {e}")
         return EXIT_FENCED
