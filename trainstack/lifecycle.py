@@ -223,6 +223,13 @@ def _after_load_failure(spec: RunSpec, rundir: RunDir, rp: ResumePlan, code: int
     return fallback
 
 
+def stopped_by_guard(rundir: RunDir, epoch: int) -> bool:
+    """Did the trainer's guard stop it itself under this lease epoch (its launcher frozen or gone:
+    `trainer_stopped_by_guard`, trainstack/guard.py)?"""
+    return any(e.get("event") == "trainer_stopped_by_guard" and e.get("lease_epoch") == epoch
+               for e in rundir.events())
+
+
 def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
     """Make the save dir say what the plan read: move unpublished or broken iter dirs aside and
     point the tracker at the checkpoint the plan resumes from (under the lease, before the trainer).
@@ -319,9 +326,12 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         state = inspect(rp.checkpoint.save_dir)
         latest, _ = rundir.last_metrics()
         lost = lost or not lease.holds()  # superseded while the trainer ran (a frozen launcher back)
-        final = final_state(code if code is not None else 1, trainer.signalled, lost)
+        # a frozen launcher back: its guard stopped the trainer (lease lapsing): interrupted, not failed
+        signalled = trainer.signalled or (signal.SIGTERM if code and stopped_by_guard(rundir, lease.record.epoch)
+                                          else None)
+        final = final_state(code if code is not None else 1, signalled, lost)
         try:
-            rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
+            rundir.event("exit", code=code, signal=signalled and signal.Signals(signalled).name,
                          latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
             if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
                 from trainstack.backends import EXIT_REASONS
@@ -337,4 +347,4 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
                   file=sys.stderr, flush=True)
     if lost:
         return EXIT_FENCED  # fenced exits are 75, whatever signal stopped the trainer
-    return exit_code(code, trainer.signalled)
+    return exit_code(code, signalled)

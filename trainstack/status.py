@@ -123,6 +123,7 @@ def fill(rows: list[Row]) -> list[Row]:
     """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
     overrides that vary."""
     from trainstack.launch.registry import get
+    from trainstack.rundir.hub_state import hub_note
     from trainstack.rundir.liveness import judge
     from trainstack.rundir.progress import progress
 
@@ -135,6 +136,8 @@ def fill(rows: list[Row]) -> list[Row]:
         hub = st.get("hub") or {}
         r.hub_pushed, r.hub_commit, r.hub_pending = hub.get("last_pushed"), hub.get("commit"), hub.get("pending")
         events = rd.events()
+        note = hub_note(st, events) if r.state not in ("running", None) else None
+        r.state = f"{r.state}, {note}" if note else r.state  # e.g. "finished, hub: 0/2 pushed, 401"
         r.resumed_from = [int(e["from_rollout"]) for e in events
                           if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
         r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)

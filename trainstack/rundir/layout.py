@@ -23,6 +23,7 @@ STATUS = "status.json"
 STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
 METRICS = "metrics.jsonl"
 LEASE = "lease.json"
+TRAINER_HEARTBEAT = "trainer_heartbeat.json"  # the guard's word that its trainer is not stopped: {pid, epoch, time}
 LEASE_EPOCHS = "lease.epochs"  # every lease epoch ever reserved, one per line: epochs never repeat
 SLURM = "slurm.json"  # the scheduler's record of a submitted run
 LIUM = "lium.json"  # a run registered with the Lium commander (its URL, the pod's run dir)
