@@ -71,8 +71,10 @@ def _load_failed(save_dir: str, step, error: BaseException) -> LoadFailed:
             ck.record_load_failure(save_dir, int(it), why)
         except OSError:
             pass
+        from trainstack.rundir.layout import LOAD_FAILURES
+
         return LoadFailed(f"cannot load checkpoint iter_{int(it):07d} from {save_dir}: {why}; recorded in "
-                          "load_failures.jsonl: the launcher sets it aside and resumes from the previous intact one (once)")
+                          f"{LOAD_FAILURES}: the launcher sets it aside and resumes from the previous intact one (once)")
     return LoadFailed(f"cannot load the checkpoint in {save_dir}: {why}")
 
 
