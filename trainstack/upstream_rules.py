@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # light at import: `trainstack --help` discovers the features
 
 
 def register(registry: "Registry") -> None:
-    from trainstack import hooks, megatron_rules, range_rules, switch_rules  # noqa: F401  (@rule adds to UPSTREAM)
+    from trainstack import dest_domains, hooks, megatron_rules, range_rules, switch_rules  # noqa: F401  (@rule adds)
 
     for fn in UPSTREAM:
         registry.add(hooks.RULES, fn, order=10)
