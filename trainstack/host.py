@@ -52,6 +52,7 @@ class HostFacts:
     source_of: Callable[[str], str] = lambda dest: ""
     prepared_root: str | None = None  # an env data hook writes its files under here at launch
     prepared: frozenset[str] = frozenset()  # paths a feature prepares at launch (hooks.PREPARED_PATHS)
+    prepare_hook: str | None = None  # env.meta.prepare: the launcher (or exec host) imports and calls it
 
     def made_by_hook(self, path: str) -> bool:
         """A data file the env's `meta.prepare` hook will write (under data_root) before the trainer starts."""
@@ -70,7 +71,8 @@ class HostFacts:
         return cls(run_id=run.run_id, run_dir=run.run_dir, backend=run.cluster.backend,
                    launcher=run.cluster.launcher, launcher_settings=run.cluster.settings, args=run.args, command=cmd,
                    params=_int_or_none((run.meta.get("model") or {}).get("params")), key_of=run.key,
-                   source_of=run.source, prepared=_prepared(run.config, run.args))
+                   source_of=run.source, prepared=_prepared(run.config, run.args),
+                   prepare_hook=(run.meta.get("env") or {}).get("prepare"))
 
     @classmethod
     def from_spec(cls, spec: Any) -> "HostFacts":
@@ -78,7 +80,8 @@ class HostFacts:
         return cls(run_id=spec.run_id, run_dir=spec.run_dir, backend=spec.cluster.backend,
                    launcher=spec.cluster.launcher, launcher_settings=spec.cluster.settings, args=dict(spec.args),
                    command=spec.slime_command(), params=_int_or_none((model.get("meta") or {}).get("params")),
-                   source_of=lambda dest: spec.arg_sources.get(dest, ""), prepared=_prepared(spec.config, spec.args))
+                   source_of=lambda dest: spec.arg_sources.get(dest, ""), prepared=_prepared(spec.config, spec.args),
+                   prepare_hook=getattr(spec, "data_prepare", None))
 
     @property
     def runs_here(self) -> bool:
@@ -159,6 +162,8 @@ def deferred_checks(facts: HostFacts) -> list[str]:
         out.append(f"{facts.key_of(dest)}: {path} is a {kind}")
     for dest, value in _plugins(facts):
         out.append(f"{facts.key_of(dest)}: {value} can be imported")
+    if facts.prepare_hook:
+        out.append(f"env.meta.prepare: {facts.prepare_hook} can be imported")
     out.append(f"{facts.run_dir} is writable with room for one checkpoint")
     return out
 
@@ -234,6 +239,13 @@ def plugin_problems(facts: HostFacts) -> list[ConfigError]:
                                       "write it as package.module.function, with the module on the trainer's "
                                       "PYTHONPATH (runtime_env.pythonpath=[DIR] adds a directory)",
                                       value=value, source=facts.source_of(dest)))
+    if facts.prepare_hook:  # run by the launcher (or the exec host) in its own interpreter, before the trainer
+        why = locate(facts.prepare_hook, [os.getcwd(), *[p for p in sys.path if p]])
+        if why:
+            errors.append(ConfigError("env.meta.prepare", f"cannot import {facts.prepare_hook!r}: {why}",
+                                      "write it as package.module.function, importable where trainstack runs (it "
+                                      "calls the hook with the data root before the trainer starts)",
+                                      value=facts.prepare_hook))
     return errors
 
 

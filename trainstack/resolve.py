@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack import argtable as at
+from trainstack import meta_schema
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
@@ -587,7 +588,8 @@ def typed_sections(tree: dict[str, Any], origin: Origin
             errors.append(ConfigError(ns, "must be a mapping of slime dests", f"check {origin.source_of(ns)}"))
             continue
         node = dict(node)
-        meta[ns] = node.pop("meta", None) or {}
+        meta[ns], meta_errors = meta_schema.check(ns, node.pop("meta", None), origin.source_of)
+        errors += meta_errors
         for dest in list(node):
             if dest not in table:
                 cand = table.suggest(dest)

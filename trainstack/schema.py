@@ -12,6 +12,7 @@ import functools
 import importlib.util
 import math
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -251,7 +252,7 @@ ROOT_KEYS = set(ROOT_SECTIONS) | set(ROOT_SCALARS) | set(DEST_NAMESPACES) | {"hy
 
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         if type(None) not in typing.get_args(tp):
             return " or ".join(_type_name(a) for a in inner)
@@ -270,7 +271,7 @@ def _type_name(tp: Any) -> str:
 def check_value(tp: Any, value: Any) -> bool:
     """Strict check: YAML/CLI give us real ints/bools/strings, no silent coercion."""
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:  # Optional[float] and `float | None` alike
         args = typing.get_args(tp)
         if value is None:
             return type(None) in args
@@ -355,6 +356,8 @@ def _fields_to_typed(cls: type, node: dict, prefix: str, source_of: typing.Calla
     if errors:
         return None, errors
     obj = cls(**kwargs)
-    for key, value, problem, fix in (obj.problems() if hasattr(obj, "problems") else []):
+    from trainstack.setting_domains import problems_of  # ports, prices, counts, URLs, images: the domains
+
+    for key, value, problem, fix in [*(obj.problems() if hasattr(obj, "problems") else []), *problems_of(obj, prefix)]:
         errors.append(ConfigError(f"{prefix}{key}", problem, fix, value=value, source=source_of(f"{prefix}{key}")))
     return (None, errors) if errors else (obj, [])
