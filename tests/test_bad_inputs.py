@@ -162,6 +162,9 @@ CORPUS = [
     ("meta-key-typo", ["+env.meta.htp_env.url=http://127.0.0.1:1"], "did you mean 'env.meta.http_env'"),
     ("meta-params-negative", ["model.meta.params=-5"], "model.meta.params"),
     ("meta-data-repo", ["env=dapo_math", "env.meta.data=[{repo: nope, files: {a.jsonl: a.jsonl}}]"], "env.meta.data[0].repo"),
+    # issue #36: a derived run id's fault is its name's
+    ("name-slash", ["name=a/b"], "error: name: contains '/'"),
+    ("name-too-long", ["name=" + "n" * 130], "error: name:"),
     ("meta-prepare-not-dotted", ["env.meta.prepare='not a path'"], "env.meta.prepare"),
 ]
 
@@ -231,7 +234,7 @@ def test_errors_only_composition_finds_go_through_hydras_reporter(tmp_path):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert f"{conf}/algo/loop.yaml:1" in res.stderr and "recursive anchor" in res.stderr
     res = run_py("--config-dir", str(tmp_path / "nowhere"), "dry_run=true", cwd=work)
-    assert res.returncode == 2 and "Traceback" not in res.stderr and "nowhere' not found" in res.stderr, res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "error: --config-dir:" in res.stderr and "nowhere is not a directory" in res.stderr, res.stderr
     assert files_under(work) == []
 
 

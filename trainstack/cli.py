@@ -174,7 +174,7 @@ def add_status_cancel(sub) -> None:
     p = sub.add_parser("resume", help="continue paused runs (Lium: paused at a spend limit, by a lost volume or "
                        "`pause`), with new limits")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--spend-limit", type=float, help="the run's new spend limit in USD")
     p.add_argument("--sweep-spend-limit", type=float, help="the sweep's new spend limit in USD")
     p.add_argument("--from-scratch", action="store_true",

@@ -45,6 +45,7 @@ class Row:
     pod: str | None = None
     epoch: int | None = None
     cost_usd: float | None = None
+    problem: str | None = None  # a corrupt or unreadable file of the run dir: the row says so, nothing is read
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -82,17 +83,34 @@ def locate(target: str, runs_root: str = "runs") -> str:
     return target
 
 
-def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
+def collect(targets: Sequence[str], runs_root: str = "runs",
+            corrupt: dict[str, list[ConfigError]] | None = None) -> list[Row]:
     """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
-    for corrupt files in their run directories."""
+    for corrupt files in their run directories. `corrupt`: collect those per run instead (by run dir),
+    each such row marked, so one broken run does not hide the others (`trainstack status`)."""
     from trainstack.rundir import check
-
-    refs = expand([locate(t, runs_root) for t in targets], runs_root)
-    check.require_readable([r.run_dir for r in refs], skip=(layout.METRICS,))
     from trainstack.rundir.progress import require_readable_tails
 
-    require_readable_tails([r.run_dir for r in refs])  # status reads only the end of metrics.jsonl
-    return [_run_row(ref) for ref in refs]
+    def readable(dirs: list[Path]) -> None:
+        check.require_readable(dirs, skip=(layout.METRICS,))
+        require_readable_tails(dirs)  # status reads only the end of metrics.jsonl
+
+    refs = expand([locate(t, runs_root) for t in targets], runs_root)
+    if corrupt is None:
+        readable([r.run_dir for r in refs])
+        return [_run_row(ref) for ref in refs]
+    rows = []
+    for ref in refs:
+        row = _run_row(ref)
+        try:
+            readable([ref.run_dir])
+        except ConfigErrors as ex:
+            corrupt[str(ref.run_dir)] = ex.errors
+            first = ex.errors[0]
+            kind = "corrupt" if " is corrupt:" in first.problem else "unreadable"
+            row.problem = f"{kind}: {first.key.rsplit('/', 1)[-1]} (below)"
+        rows.append(row)
+    return rows
 
 
 def run_states(run_dirs: Sequence[str | Path]) -> dict[str, str | None]:
@@ -128,6 +146,9 @@ def fill(rows: list[Row]) -> list[Row]:
     from trainstack.rundir.progress import progress
 
     for r in rows:
+        if r.problem:  # a corrupt run dir: its files are not read (the errors are printed under the table)
+            r.state = r.problem
+            continue
         rd = RunDir(r.run_dir)
         st = rd.status()
         r.state = judge(rd.path, st).text()  # "running" only while the lease names a live holder
@@ -142,7 +163,7 @@ def fill(rows: list[Row]) -> list[Row]:
                           if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
         r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
-    for name, group in by_launcher(rows).items():
+    for name, group in by_launcher([r for r in rows if not r.problem]).items():
         try:
             get(name).status(group)
         except ConfigErrors:  # a launcher not installed here: the run dir's facts are all status can show
@@ -220,8 +241,9 @@ def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = 
         print(f"trainstack status: no runs under {runs_root} (give a sweep dir, run ids, or --runs-root DIR)",
               file=sys.stderr)
         return 0
+    corrupt: dict[str, list[ConfigError]] = {}
     try:
-        rows = fill(collect(chosen, runs_root))
+        rows = fill(collect(chosen, runs_root, corrupt))
     except ConfigErrors as ex:
         report_and_exit(ex, command="status")
     if as_json:
@@ -229,6 +251,8 @@ def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = 
     else:
         title = ", ".join(targets) if targets else (None if chosen == ["."] else f"runs under {runs_root}")
         render(rows, title=title, wide=wide)
+    if corrupt:  # the readable runs are shown above; the broken ones named here, with the fix
+        report_and_exit(ConfigErrors([e for errs in corrupt.values() for e in errs]), command="status")
     return 0
 
 
