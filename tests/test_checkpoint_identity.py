@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT, SMALL_BATCH, run_py
 from trainstack.checkpoints import Manifest, inspect, problem_of, record_load_failure, write_identity
 from trainstack.errors import ConfigErrors
 from trainstack.resume import FRESH, RESUME, plan, training_identity
@@ -261,8 +262,6 @@ def test_end_to_end_load_failure_fallback_then_no_silent_restart(tmp_path):
     """Through `python run.py`: a published checkpoint that passes verification but will not load is
     set aside in the same launch and the previous one trains on; then, every iter_* deleted, the
     relaunch is refused naming what it found; resume=fresh starts over with the old ones kept."""
-    from conftest import SMALL_BATCH, run_py
-
     def launch(*extra):
         return run_py(f"paths.runs_root={tmp_path}/runs", f"paths.data_root={tmp_path}/data", "run_id=e2e",
                       "args.save_interval=1", *SMALL_BATCH, *extra, cwd=tmp_path)
@@ -301,7 +300,6 @@ def test_a_megatron_load_failure_is_recorded_for_the_run_s_own_checkpoint_only(t
     import ast
     import types
 
-    from conftest import ROOT
     from trainstack.checkpoints import load_failures
     from trainstack.tracker_fence import MEGATRON_CONTRACT, MEGATRON_MODULE, patch
 

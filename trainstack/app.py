@@ -26,7 +26,14 @@ def prepare_argv() -> None:
 
 def main() -> Any:
     """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
-    --config-dir), then run_app builds, checks and launches."""
+    --config-dir), then run_app builds, checks and launches. Nothing it prints shows a secret's value."""
+    from trainstack.secrets import scrubbed_output
+
+    with scrubbed_output():
+        return _main()
+
+
+def _main() -> Any:
     import hydra
 
     from trainstack.help_page import print_if_asked

@@ -291,6 +291,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`trainstack ...`: whatever a command prints, no secret's value (trainstack/secrets.py)."""
+    from trainstack.secrets import scrubbed_output
+
+    with scrubbed_output():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="trainstack", description=__doc__)
     from trainstack.version import VersionAction
 

@@ -112,6 +112,11 @@ class Guard:
                 os.unlink(secrets_file)
             except OSError:
                 pass
+        from trainstack.secrets import is_secret_name
+
+        # the trainer's output is scrubbed of these before it reaches the log or the console (a plugin's
+        # exception that prints a token must not land in logs/trainer.log)
+        self.secret_values = tuple(v for k, v in env.items() if v and is_secret_name(k))
         if self.fence is not None:  # Megatron's tracker write fenced too (trainstack/tracker_fence.py)
             from trainstack.tracker_fence import trainer_pythonpath
 
@@ -129,6 +134,7 @@ class Guard:
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in iter(self.proc.stdout.readline, b""):
+            line = self._scrub(line)
             if self.log is not None:
                 try:
                     self.log.write(line)
@@ -142,6 +148,14 @@ class Guard:
                     pass  # the reader is not reading: drop console output, keep training
                 except OSError:
                     self.echo = False  # closed pipe: the log keeps everything
+
+    def _scrub(self, line: bytes) -> bytes:
+        """One line of the trainer's output without a secret's value (trainstack/secrets.py scrub)."""
+        from trainstack.secrets import scrub
+
+        text = line.decode("utf-8", "surrogateescape")
+        clean = scrub(text, extra=self.secret_values, env={})
+        return line if clean == text else clean.encode("utf-8", "surrogateescape")
 
     def request_stop(self, reason: str, hard: bool) -> None:
         if hard and not self.fenced:
