@@ -282,7 +282,8 @@ def test_end_to_end_load_failure_fallback_then_no_silent_restart(tmp_path):
     events = [json.loads(x) for x in (rd / "events.jsonl").read_text().splitlines()]
     assert {"event": "checkpoint_load_failed", "checkpoint": 1, "fallback": 0}.items() <= \
         next(e for e in events if e["event"] == "checkpoint_load_failed").items()
-    assert (save / TRACKER).read_text() == "2"
+    assert (save / TRACKER).read_text() == "2" and Manifest.read(str(save), 1).sha256["iter_0000001/rng.pt"] != \
+        hashlib.sha256(b"not a torch file").hexdigest()  # iter 1 trained again, good this time
     for p in save.glob("iter_*"):
         for f in p.iterdir():
             f.unlink()
