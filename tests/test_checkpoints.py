@@ -203,13 +203,17 @@ def test_same_size_corruption_falls_back_to_the_previous_checkpoint(tmp_path, vi
 
 @pytest.mark.parametrize("victim", ["optimizer.pt", "rng.pt", "scheduler.pt", "cursor"])
 def test_without_a_manifest_every_required_file_must_be_there(tmp_path, victim):
+    """Unverified readers (status) still judge a manifest-less tiny checkpoint by its files; the
+    resume plan (verify) never loads one: a deleted manifest is a failed verification (issue #36)."""
     hashed_iter(tmp_path, 1)
     d = hashed_iter(tmp_path, 3)
     track(tmp_path, 3)
     (d / "manifest.json").unlink()
-    assert inspect(str(tmp_path), verify=True).latest_complete == 3  # all there: still complete
+    assert inspect(str(tmp_path)).latest_complete == 3  # all there: status still counts it
+    verified = inspect(str(tmp_path), verify=True)
+    assert verified.latest_complete == 1 and "has no manifest.json, so its files cannot be verified" in verified.problem
     (tmp_path / "rollout" / "global_dataset_state_dict_3.pt" if victim == "cursor" else d / victim).unlink()
-    st_ = inspect(str(tmp_path), verify=True)
+    st_ = inspect(str(tmp_path))
     assert st_.latest_complete == 1 and "has no manifest and lacks" in st_.problem
 
 
@@ -245,8 +249,8 @@ def test_a_lost_checkpoint_dir_of_a_run_that_recorded_checkpoints_is_refused(tmp
     with pytest.raises(ConfigErrors) as exc:
         plan(_Run(tmp_path), rd)
     text = str(exc.value.errors[0].__dict__)
-    assert "up to rollout 4" in text and "resume.allow_changes=[checkpoints]" in text
-    assert plan(_Run(tmp_path, allow=["checkpoints"]), rd).action == FRESH  # explicit consent
+    assert "up to rollout 4" in text and "is gone" in text and "resume.mode=fresh" in text
+    assert plan(_Run(tmp_path, allow=["checkpoints"]), rd).action == FRESH  # explicit consent (older spelling)
 
 
 def test_a_staged_cursor_of_a_killed_save_is_moved_aside(tmp_path):

@@ -42,6 +42,9 @@ BEYOND_PARSER = {
                      "torch_dist load fail on the GPU nodes (conf/model/tiny.yaml meta.backends, issue #25)",
     "value_ranges": "argparse checks types only: a memory fraction above 1, top-p 0 or a length <= 0 parses and "
                     "fails when SGLang starts or samples (trainstack/range_rules.py)",
+    "dest_domains": "argparse checks types only: a port above 65535, a JSON mapping with non-string values "
+                    "spread into Ray's env_vars or a dataset's keys parse and fail once the run starts "
+                    "(trainstack/dest_domains.py; witnesses: the per-dest probes dense/0121, 0123, 0124)",
 }
 # Argvs slime's parser refuses that trainstack cannot refuse before launch: id -> why.
 UNCHECKABLE: dict[str, str] = {}
@@ -148,11 +151,18 @@ def test_disabling_a_rule_fails_the_oracle(rule):
         from test_per_dest_oracle import ENTRIES as PER_DEST
         from test_per_dest_oracle import disagreement as per_dest_disagreement
 
-        per_dest = [e for e in PER_DEST if e["trainstack"]["rules"] == [rule] and upstream_refuses(e)]
+        # a beyond-parser rule's witness is a probe slime accepts and this rule alone refuses (as an invalid/* case)
+        per_dest = [e for e in PER_DEST if e["trainstack"]["rules"] == [rule]
+                    and (upstream_refuses(e) or rule in BEYOND_PARSER)]
         assert per_dest, (f"no corpus entry is refused by {rule} alone: add an invalid/* case to "
                           "scripts/oracle/corpus.py")
         assert per_dest_disagreement(per_dest[0]) is None, per_dest[0]["id"]
-        assert per_dest_disagreement(per_dest[0], skip=frozenset({rule})) is not None, per_dest[0]["id"]
+        if upstream_refuses(per_dest[0]):
+            assert per_dest_disagreement(per_dest[0], skip=frozenset({rule})) is not None, per_dest[0]["id"]
+        else:  # left out, the recorded refusal is gone: the per-dest verdict check ("verdict changed") fails
+            from trainstack_dev.per_dest import rejudge
+
+            assert rejudge(per_dest[0], frozenset({rule})).accepted, per_dest[0]["id"]
         return
     mutant = judge(sole[0]["overrides"], skip=frozenset({rule}))
     assert disagreement(sole[0], mutant) is not None, sole[0]["id"]
@@ -160,7 +170,9 @@ def test_disabling_a_rule_fails_the_oracle(rule):
 
 def test_every_beyond_parser_rule_is_needed():
     """The list stays honest: each rule in it refuses at least one argv slime's parser accepted."""
-    used = {r for e in ENTRIES if not upstream_refuses(e) for r in e["trainstack"]["rules"]}
+    from test_per_dest_oracle import ENTRIES as PER_DEST
+
+    used = {r for e in [*ENTRIES, *PER_DEST] if not upstream_refuses(e) for r in e["trainstack"]["rules"]}
     assert set(BEYOND_PARSER) == used
 
 

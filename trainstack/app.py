@@ -8,8 +8,12 @@ from trainstack.errors import ConfigErrors, report_and_exit
 from trainstack.resolve import CONF_DIR
 
 
+_CREATED_BY_HYDRA: list = []  # hydra.run.dir's directories that did not exist: removed again if the run is refused
+
+
 def prepare_argv() -> None:
     """Check overrides before Hydra composes (exit 2 on unknown keys; dests become `++`)."""
+    from trainstack import hydra_dirs
     from trainstack.overrides import normalise_argv
 
     argv = sys.argv[1:]
@@ -21,11 +25,20 @@ def prepare_argv() -> None:
         sys.argv[1:] = normalise_argv(argv, str(CONF_DIR))
     except ConfigErrors as err:
         report_and_exit(err)
+    run_dir = hydra_dirs.given(sys.argv[1:]).get("hydra.run.dir")
+    _CREATED_BY_HYDRA[:] = hydra_dirs.missing(run_dir) if run_dir else []
 
 
 def main() -> Any:
     """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
-    --config-dir), then run_app builds, checks and launches."""
+    --config-dir), then run_app builds, checks and launches. Nothing it prints shows a secret's value."""
+    from trainstack.secrets import scrubbed_output
+
+    with scrubbed_output():
+        return _main()
+
+
+def _main() -> Any:
     import hydra
 
     from trainstack.help_page import print_if_asked, register_prog
@@ -52,6 +65,18 @@ def main() -> Any:
 
 
 def run_app(cfg: Any) -> Any:
+    """The task: a refused run (exit 2) leaves nothing behind, not even the hydra.run.dir Hydra made."""
+    try:
+        return _run_app(cfg)
+    except SystemExit as ex:
+        if ex.code == 2 and _CREATED_BY_HYDRA:
+            from trainstack.hydra_dirs import remove_if_empty
+
+            remove_if_empty(_CREATED_BY_HYDRA)
+        raise
+
+
+def _run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 

@@ -9,10 +9,14 @@ slime's layout under `--save` (Megatron's):
 
 Completeness (docs/resume.md):
 - A checkpoint with a manifest (`iter_*/manifest.json`, written after every other file and before
-  the tracker: the tiny trainer writes one, trainstack adds one to Megatron checkpoints it has seen
-  complete) is complete only if every file it lists exists with the recorded size.
-- Without a manifest, Megatron's own last-written files decide (`.metadata` for torch_dist,
-  `common.pt`), plus the data cursor when the run uses the global dataset.
+  the tracker: the tiny trainer writes one, the fenced tracker write adds one to each Megatron
+  checkpoint it publishes, trainstack/tracker_fence.py) is complete only if every file it lists
+  exists with the recorded size (and, verified, the recorded SHA-256). The manifest also carries
+  the training identity the checkpoint was trained under (`identity`, from `<save>/identity.json`),
+  so a changed config is refused even when the run's own records are gone.
+- Verified (the resume plan, the tiny trainer's loader): no manifest is a failed verification.
+- Unverified (`status`, Hub sync): without a manifest, Megatron's own last-written files decide
+  (`.metadata` for torch_dist, `common.pt`), plus the data cursor when the run uses the global dataset.
 
 The tracker names the only *published* checkpoint. Anything newer is unpublished (a writer died,
 or was fenced, between writing it and updating the tracker) and is never loaded. When the
@@ -28,8 +32,10 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from trainstack.rundir.layout import DATA_CURSOR, INCOMPLETE_DIR, MANIFEST, PUBLISH_LOG, TRACKER, iter_name
+from trainstack.rundir.layout import (CHECKPOINT_IDENTITY, DATA_CURSOR, INCOMPLETE_DIR, LOAD_FAILURES, MANIFEST,
+                                      PUBLISH_LOG, TRACKER, iter_name)
 
 # Megatron writes these last inside an iter dir (torch_dist: .metadata; torch: common.pt).
 MEGATRON_MARKERS = ((".metadata",), ("common.pt",))
@@ -41,7 +47,8 @@ _ITER_RE = re.compile(r"^iter_(\d{7,})$")
 _STAGING_RE = re.compile(r"^\.iter_\d{7,}\.staging\.")  # the tiny trainer's save in progress
 
 __all__ = ["TRACKER", "iter_name", "Manifest", "CheckpointState", "is_complete", "problem_of", "inspect",
-           "plan_recovery", "Recovery", "data_cursor", "move_aside", "published", "Published"]
+           "plan_recovery", "Recovery", "data_cursor", "move_aside", "published", "Published", "read_identity",
+           "record_load_failure", "load_failures", "discard_all"]
 
 
 def data_cursor(rollout_id: int) -> str:
@@ -57,11 +64,15 @@ class Manifest:
     files: dict[str, int]
     writer: str = ""  # who wrote the checkpoint (trainstack-tiny/1, megatron)
     epoch: int | None = None  # the lease epoch of the writer (fencing, docs/resume.md)
-    sha256: dict[str, str] = field(default_factory=dict)  # optional content hashes (verified on Hub restore)
+    sha256: dict[str, str] = field(default_factory=dict)  # content hashes (verified by the resume plan)
+    identity: dict[str, Any] | None = None  # what it was trained under: {run_id, args, inputs} (identity.json)
 
     def to_json(self) -> str:
-        return json.dumps({"rollout_id": self.rollout_id, "files": self.files, "writer": self.writer,
-                           "epoch": self.epoch, "sha256": self.sha256}, indent=1, sort_keys=True) + "\n"
+        body: dict[str, Any] = {"rollout_id": self.rollout_id, "files": self.files, "writer": self.writer,
+                                "epoch": self.epoch, "sha256": self.sha256}
+        if self.identity is not None:
+            body["identity"] = self.identity
+        return json.dumps(body, indent=1, sort_keys=True, default=str) + "\n"
 
     @classmethod
     def read(cls, save_dir: str, rollout_id: int) -> "Manifest | None":
@@ -76,16 +87,19 @@ class Manifest:
             raise ValueError(f"{MANIFEST} unreadable ({ex})") from None
         try:
             files = {str(k): int(v) for k, v in data["files"].items()}
+            identity = data.get("identity")
             return cls(rollout_id=int(data["rollout_id"]), files=files, writer=str(data.get("writer", "")),
-                       epoch=data.get("epoch"), sha256=dict(data.get("sha256") or {}))
+                       epoch=data.get("epoch"), sha256=dict(data.get("sha256") or {}),
+                       identity=identity if isinstance(identity, dict) else None)
         except (KeyError, TypeError, ValueError, AttributeError) as ex:
             raise ValueError(f"{MANIFEST} malformed ({ex})") from None
 
     @classmethod
     def of_files(cls, save_dir: str, rollout_id: int, rel_paths: list[str], writer: str,
-                 epoch: int | None = None, sha256: dict[str, str] | None = None) -> "Manifest":
+                 epoch: int | None = None, sha256: dict[str, str] | None = None,
+                 identity: dict[str, Any] | None = None) -> "Manifest":
         return cls(rollout_id, {p: os.path.getsize(os.path.join(save_dir, p)) for p in sorted(rel_paths)}, writer,
-                   epoch, dict(sha256 or {}))
+                   epoch, dict(sha256 or {}), identity)
 
     def problem(self, save_dir: str, verify: bool = False) -> str | None:
         """Why the files are not what was written. `verify`: also compare content hashes (a
@@ -116,7 +130,8 @@ def file_sha256(path: str) -> str:
 
 def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False, verify: bool = False) -> str | None:
     """Why iter_N is not a complete checkpoint, or None when it is (THE completeness test).
-    `verify`: check content hashes too (the resume plan does; `status` only checks sizes)."""
+    `verify`: check content hashes too, and refuse a checkpoint without a manifest (the resume plan
+    and the tiny trainer's loader do; `status` only checks sizes)."""
     d = os.path.join(save_dir, iter_name(rollout_id))
     try:
         names = set(os.listdir(d))
@@ -128,7 +143,13 @@ def problem_of(save_dir: str, rollout_id: int, needs_cursor: bool = False, verif
         except ValueError as ex:
             return f"{iter_name(rollout_id)}/{ex}"
         assert manifest is not None
+        cursor = data_cursor(rollout_id)
+        if needs_cursor and cursor not in manifest.files and not os.path.exists(os.path.join(save_dir, cursor)):
+            return f"its data cursor {cursor} is missing (the data would restart from the beginning)"
         return manifest.problem(save_dir, verify)
+    if verify:
+        return (f"{iter_name(rollout_id)} has no {MANIFEST}, so its files cannot be verified (deleted, or a "
+                "checkpoint no trainstack writer published)")
     if any(all(m in names for m in marker) for marker in MEGATRON_MARKERS):
         if needs_cursor and not os.path.exists(os.path.join(save_dir, data_cursor(rollout_id))):
             return f"its data cursor {data_cursor(rollout_id)} is missing (the data would restart from the beginning)"
@@ -249,6 +270,7 @@ class CheckpointState:
     problem: str = ""  # what is wrong with what the tracker names, if anything
     unpublished: tuple[int, ...] = ()  # iter dirs newer than latest_complete: never loaded, moved aside
     leftovers: tuple[str, ...] = ()  # staging dirs of killed saves: moved aside
+    load_failed: tuple[int, ...] = ()  # checkpoints the trainer failed to load since the last publish
 
     @property
     def resumable(self) -> bool:
@@ -285,17 +307,106 @@ def inspect(save_dir: str, needs_cursor: bool | None = None, verify: bool = Fals
         problem = f"the tracker holds {text[:40]!r}, not an iteration number"
     elif not problem and tracker is None:
         problem = "the tracker file is missing"
-    if trusted is not None and (why := problem_of(save_dir, trusted, needs_cursor, verify)) is not None:
+    failed = load_failures(save_dir)  # published, verified, and still the trainer could not load them
+    why = None if trusted is None else problem_of(save_dir, trusted, needs_cursor, verify)
+    if trusted is not None and why is None and trusted in failed:
+        why = f"the trainer failed to load it ({failed[trusted][:200]}); set aside once, never loaded again"
+    if trusted is not None and why is not None:
         problem = (problem + "; " if problem else "") + f"{iter_name(trusted)} is not complete: {why}"
         if trusted == tracker:
             problem = f"the tracker names {iter_name(tracker)}, which is not complete: {why}"
     if not problem:
         latest: int | None = tracker
     else:
-        latest = next((n for n in iters if (trusted is None or n <= trusted)
+        latest = next((n for n in iters if (trusted is None or n <= trusted) and n not in failed
                        and is_complete(save_dir, n, needs_cursor, verify)), None)
     newer = tuple(n for n in iters if latest is None or n > latest)
-    return CheckpointState(save_dir, tracker, latest, problem, newer, tuple(leftovers))
+    return CheckpointState(save_dir, tracker, latest, problem, newer, tuple(leftovers), tuple(sorted(failed)))
+
+
+def _last_publish_time(save_dir: str) -> float:
+    last = 0.0
+    try:
+        with open(os.path.join(save_dir, PUBLISH_LOG), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    last = max(last, float(json.loads(line)["time"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except OSError:
+        pass
+    return last
+
+
+def load_failures(save_dir: str) -> dict[int, str]:
+    """{iteration: error} of the checkpoints the trainer failed to load since the last publish (a
+    publish after a failure means training went on from an older one: the failure is history)."""
+    since = _last_publish_time(save_dir)
+    out: dict[int, str] = {}
+    try:
+        with open(os.path.join(save_dir, LOAD_FAILURES), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    it, when = int(rec["iter"]), float(rec["time"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if when >= since:
+                    out[it] = str(rec.get("error", ""))
+    except OSError:
+        pass
+    return out
+
+
+def record_load_failure(save_dir: str, iteration: int, error: str) -> None:
+    """Called by a trainer whose load of a published checkpoint raised: the next plan sets it aside
+    and resumes from the previous intact one (once: a second failure in a row stops the run)."""
+    line = json.dumps({"iter": int(iteration), "error": error[:2000], "pid": os.getpid(), "time": time.time()})
+    with open(os.path.join(save_dir, LOAD_FAILURES), "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_identity(save_dir: str) -> dict[str, Any] | None:
+    """`<save>/identity.json`: what the run trains, written by the launcher before the trainer starts;
+    writers copy it into every manifest (None: absent or unreadable)."""
+    try:
+        with open(os.path.join(save_dir, CHECKPOINT_IDENTITY), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_identity(save_dir: str, identity: dict[str, Any]) -> None:
+    os.makedirs(save_dir, exist_ok=True)
+    path = os.path.join(save_dir, CHECKPOINT_IDENTITY)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(identity, indent=1, sort_keys=True, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def checkpoint_identity(save_dir: str, rollout_id: int) -> dict[str, Any] | None:
+    """The identity a checkpoint's manifest carries (None: none recorded, an older writer)."""
+    try:
+        m = Manifest.read(save_dir, rollout_id)
+    except ValueError:
+        return None
+    return m.identity if m is not None else None
+
+
+def discard_all(save_dir: str) -> list[str]:
+    """resume.mode=fresh: move every checkpoint and its records aside (kept under INCOMPLETE_DIR),
+    so the run starts from zero and no reader mistakes the old ones for its own."""
+    iters, leftovers = _listing(save_dir)
+    cursors = os.path.dirname(data_cursor(0))
+    names = [iter_name(n) for n in iters] + [n for n in leftovers if "/" not in n]
+    names += [TRACKER, PUBLISH_LOG, LOAD_FAILURES, cursors]
+    return move_aside(save_dir, names)
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ def add_status_cancel(sub) -> None:
     p = sub.add_parser("resume", help="continue paused runs (Lium: paused at a spend limit, by a lost volume or "
                        "`pause`), with new limits")
     p.add_argument("targets", nargs="+", help="a multirun/<sweep> dir (sweep.json), run dirs or run ids")
-    p.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+    p.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
     p.add_argument("--spend-limit", type=float, help="the run's new spend limit in USD")
     p.add_argument("--sweep-spend-limit", type=float, help="the sweep's new spend limit in USD")
     p.add_argument("--from-scratch", action="store_true",
@@ -317,6 +317,14 @@ class _TopParser(_Parser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`trainstack ...`: whatever a command prints, no secret's value (trainstack/secrets.py)."""
+    from trainstack.secrets import scrubbed_output
+
+    with scrubbed_output():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = _TopParser(prog="trainstack", usage="trainstack [-h] [--version] COMMAND ...", add_help=False,
                         description="Compose, check, launch and follow slime RL runs (`trainstack run` is "
                                     "`python run.py`). A command's own options: trainstack COMMAND --help.")

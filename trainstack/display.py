@@ -219,7 +219,10 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
 
     width = output_width(out)
     lines = [""]
-    lines += fold(f"run      {run.run_id}  ({status.get('state', 'unknown')}, exit code {code})", width, "", " " * 9)
+    state = status.get("state", "unknown")
+    if state == "running":  # the launch is over: its final state could not be written (a full disk)
+        state = f"{ended_state(code)}, not recorded in status.json"
+    lines += fold(f"run      {run.run_id}  ({state}, exit code {code})", width, "", " " * 9)
     if status.get("state") == "failed" and status.get("error"):  # what failed, not only the exit code
         lines += fold(f"failed   {status['error']}", width, "", " " * 9)
     lines += fold(f"run dir  {run.run_dir}", width, "", " " * 9)
@@ -237,6 +240,15 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     lines += _command_line("compare", f"trainstack compare {run.run_id}{roots}", "", width)
     lines += _command_line("diff", f"trainstack diff {run.run_id} --against-defaults{roots}", "", width)
     print("\n".join(lines), file=out, flush=True)
+
+
+def ended_state(code: int) -> str:
+    """The state a launch that ended with `code` left (docs/resume.md, exit codes)."""
+    if code == 0:
+        return "finished"
+    if code == 75:
+        return "fenced"
+    return "interrupted" if code > 128 else "failed"
 
 
 def _command_line(label: str, command: str, comment: str, width: int | None) -> list[str]:

@@ -41,6 +41,16 @@ from trainstack.fence import EXIT_FENCED, Fence
 from trainstack.procgroup import die_with_parent, signal_members, stop_members
 
 POLL_S = 0.25
+HEARTBEAT_S = 5.0  # the trainer's heartbeat (liveness.py judges it stale after max(lease TTL, 3 beats))
+
+
+def _stopped(pid: int) -> bool:
+    """Is the process stopped (SIGSTOP, SIGTSTP: state T/t in /proc)? False where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def _say(msg: str, log) -> None:
@@ -92,6 +102,7 @@ class Guard:
         self.stop_reason: str | None = None
         self.fenced = False
         self.deadline: float | None = None
+        self.next_beat = 0.0
         self.echo = True
         env = dict(os.environ)
         if secrets_file:
@@ -101,6 +112,11 @@ class Guard:
                 os.unlink(secrets_file)
             except OSError:
                 pass
+        from trainstack.secrets import is_secret_name
+
+        # the trainer's output is scrubbed of these before it reaches the log or the console (a plugin's
+        # exception that prints a token must not land in logs/trainer.log)
+        self.secret_values = tuple(v for k, v in env.items() if v and is_secret_name(k))
         if self.fence is not None:  # Megatron's tracker write fenced too (trainstack/tracker_fence.py)
             from trainstack.tracker_fence import trainer_pythonpath
 
@@ -118,6 +134,7 @@ class Guard:
     def _pump(self) -> None:
         assert self.proc.stdout is not None
         for line in iter(self.proc.stdout.readline, b""):
+            line = self._scrub(line)
             if self.log is not None:
                 try:
                     self.log.write(line)
@@ -131,6 +148,14 @@ class Guard:
                     pass  # the reader is not reading: drop console output, keep training
                 except OSError:
                     self.echo = False  # closed pipe: the log keeps everything
+
+    def _scrub(self, line: bytes) -> bytes:
+        """One line of the trainer's output without a secret's value (trainstack/secrets.py scrub)."""
+        from trainstack.secrets import scrub
+
+        text = line.decode("utf-8", "surrogateescape")
+        clean = scrub(text, extra=self.secret_values, env={})
+        return line if clean == text else clean.encode("utf-8", "surrogateescape")
 
     def request_stop(self, reason: str, hard: bool) -> None:
         if hard and not self.fenced:
@@ -153,9 +178,33 @@ class Guard:
         except ProcessLookupError:
             pass
 
+    def beat(self) -> None:
+        """The trainer's heartbeat in the run dir (trainstack/rundir/liveness.py): written every HEARTBEAT_S
+        while the trainer process is not stopped, so a frozen trainer (SIGSTOP, Ctrl-Z of its group)
+        under a live launcher shows `stale`, not `running` forever. Best effort: a full disk skips it."""
+        if self.fence is None or time.monotonic() < self.next_beat:
+            return
+        self.next_beat = time.monotonic() + float(os.environ.get("TRAINSTACK_TRAINER_HEARTBEAT_S") or HEARTBEAT_S)
+        if _stopped(self.proc.pid):
+            return
+        from trainstack.rundir import atomic_write
+        from trainstack.rundir.layout import TRAINER_HEARTBEAT
+
+        run_dir = os.path.dirname(os.path.abspath(self.fence.lease_file))
+        if not os.path.isdir(run_dir):  # a host that does not share the run dir: nothing to write into
+            return
+        try:
+            from pathlib import Path
+
+            atomic_write(Path(run_dir) / TRAINER_HEARTBEAT,
+                         json.dumps({"pid": self.proc.pid, "epoch": self.fence.epoch, "time": time.time()}))
+        except OSError:
+            pass
+
     def watch(self) -> None:
         margin = (self.fence.margin_s if self.fence else 0) + self.grace_s + 2 * POLL_S + 1
         while self.proc.poll() is None:
+            self.beat()
             if self.parent is not None and os.getppid() != self.parent:
                 self.request_stop(f"its launcher (pid {self.parent}) is gone", hard=False)
             if self.fence is not None and not self.fenced:

@@ -8,6 +8,7 @@ stored spec (`trainstack exec` on the host that executes it). Used by `trainstac
 from __future__ import annotations
 
 import os
+import sys
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any, Callable
 from trainstack import slime_root
 from trainstack.context_length import hf_config_problems
 from trainstack.errors import ConfigError
+from trainstack.plugin_paths import locate
 from trainstack.render import SlimeCommand
 from trainstack.resolve import ResolvedRun
 from trainstack.upstream.select import checkout_problems, table_label
@@ -53,6 +55,7 @@ class HostFacts:
     source_of: Callable[[str], str] = lambda dest: ""
     prepared_root: str | None = None  # an env data hook writes its files under here at launch
     prepared: frozenset[str] = frozenset()  # paths a feature prepares at launch (hooks.PREPARED_PATHS)
+    prepare_hook: str | None = None  # env.meta.prepare: the launcher (or exec host) imports and calls it
 
     def made_by_hook(self, path: str) -> bool:
         """A data file the env's `meta.prepare` hook will write (under data_root) before the trainer starts."""
@@ -71,7 +74,8 @@ class HostFacts:
         return cls(run_id=run.run_id, run_dir=run.run_dir, backend=run.cluster.backend,
                    launcher=run.cluster.launcher, launcher_settings=run.cluster.settings, args=run.args, command=cmd,
                    params=_int_or_none((run.meta.get("model") or {}).get("params")), key_of=run.key,
-                   source_of=run.source, prepared=_prepared(run.config, run.args))
+                   source_of=run.source, prepared=_prepared(run.config, run.args),
+                   prepare_hook=(run.meta.get("env") or {}).get("prepare"))
 
     @classmethod
     def from_spec(cls, spec: Any) -> "HostFacts":
@@ -79,7 +83,8 @@ class HostFacts:
         return cls(run_id=spec.run_id, run_dir=spec.run_dir, backend=spec.cluster.backend,
                    launcher=spec.cluster.launcher, launcher_settings=spec.cluster.settings, args=dict(spec.args),
                    command=spec.slime_command(), params=_int_or_none((model.get("meta") or {}).get("params")),
-                   source_of=lambda dest: spec.arg_sources.get(dest, ""), prepared=_prepared(spec.config, spec.args))
+                   source_of=lambda dest: spec.arg_sources.get(dest, ""), prepared=_prepared(spec.config, spec.args),
+                   prepare_hook=getattr(spec, "data_prepare", None))
 
     @property
     def runs_here(self) -> bool:
@@ -218,6 +223,8 @@ def deferred_checks(facts: HostFacts) -> list[str]:
         out.append(f"{facts.key_of(dest)}: {value} imports in the trainer's interpreter and fits slime's call")
     if found is not None and facts.backend == "slime" and facts.args.get("hf_checkpoint"):
         out.append(f"{facts.key_of('hf_checkpoint')}: the model's context (config.json) fits the response budgets")
+    if facts.prepare_hook:
+        out.append(f"env.meta.prepare: {facts.prepare_hook} can be imported")
     out.append(f"{facts.run_dir} is writable with room for one checkpoint")
     return out
 
@@ -286,7 +293,15 @@ def plugin_problems(facts: HostFacts) -> list[ConfigError]:
     script = slime_script(facts)
     plugins = [(dest, value) for dest, value in _plugins(facts)
                if not (value.startswith("slime.") and script is not None and not script.is_file())]  # reported once
-    return problems(facts, plugins) if plugins else []
+    errors = problems(facts, plugins) if plugins else []
+    if facts.prepare_hook:  # run by the launcher (or the exec host) in its own interpreter, before the trainer
+        why = locate(facts.prepare_hook, [os.getcwd(), *[p for p in sys.path if p]])
+        if why:
+            errors.append(ConfigError("env.meta.prepare", f"cannot import {facts.prepare_hook!r}: {why}",
+                                      "write it as package.module.function, importable where trainstack runs (it "
+                                      "calls the hook with the data root before the trainer starts)",
+                                      value=facts.prepare_hook))
+    return errors
 
 
 def checkpoint_bytes(facts: HostFacts) -> int | None:
@@ -330,6 +345,17 @@ def runs_root_problems(facts: HostFacts, *, free_space: bool) -> list[ConfigErro
     if not os.access(base, os.W_OK | os.X_OK) or _read_only(base):
         return [ConfigError(key, f"{base} is not writable, so {run_dir} cannot be created",
                             "set paths.runs_root to a writable directory", value=str(runs_root))]
+    for sub in (run_dir / layout.CHECKPOINTS, run_dir / layout.LOGS):  # a run dir's own folders, on their own mounts
+        if sub.is_dir() and (_read_only(sub) or not os.access(sub, os.W_OK | os.X_OK)):
+            import errno
+
+            from trainstack.storage import fix_for
+
+            ro = _read_only(sub)
+            why = "is on a read-only filesystem" if ro else "is not writable here (permission denied)"
+            kind = OSError(errno.EROFS if ro else errno.EACCES, why, str(sub))
+            return [ConfigError(str(sub), f"{why}: the run writes its checkpoints and logs there",
+                                fix_for(kind, str(sub), "then launch again"), value=str(sub))]
     need = checkpoint_bytes(facts)
     if free_space and need is not None:
         free = shutil.disk_usage(base).free

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,8 +58,34 @@ def translate(ex: BaseException, conf_dirs: list[str]) -> ConfigErrors | None:
     for e in chain:
         if isinstance(e, HydraException):
             msg = " ".join(redact_override(w) for w in str(e).splitlines()[0].split(" "))
-            return ConfigErrors([ConfigError("overrides", msg, "check the overrides and the config files they "
-                                             "select (python run.py --help lists the presets)")])
+            return ConfigErrors([_flag_error(msg) or ConfigError(
+                "overrides", msg, "check the overrides and the config files they select (python run.py --help "
+                "lists the presets)")])
+    return None
+
+
+# Hydra's own command line flags, whose errors Hydra words as if the config were the user's to place.
+_FLAG_ERRORS = (
+    (re.compile(r"Additional config directory '(?P<v>.*)' not found"), "--config-dir",
+     "{v} is not a directory", "give --config-dir a directory of your presets (model/, algo/, env/, cluster/, "
+     "experiment/ with .yaml files), e.g. --config-dir ./my_conf"),
+    (re.compile(r"Primary config directory not found"), "--config-path",
+     "the primary config directory it names was not found",
+     "point --config-path at a directory holding config.yaml (a copy of trainstack's conf/), or drop it and add "
+     "your presets with --config-dir DIR"),
+    (re.compile(r"Cannot find primary config '(?P<v>.*?)'"), "--config-name",
+     "there is no primary config '{v}' in the config path",
+     "drop --config-name (trainstack's primary config is config.yaml); presets are chosen with experiment=NAME "
+     "(python run.py --help lists them)"),
+)
+
+
+def _flag_error(msg: str) -> ConfigError | None:
+    for rx, flag, problem, fix in _FLAG_ERRORS:
+        m = rx.search(msg)
+        if m:
+            v = m.groupdict().get("v", "")
+            return ConfigError(flag, problem.format(v=v), fix, value=v or None)
     return None
 
 

@@ -15,24 +15,24 @@ after that, whatever signal stopped the trainer), 128+N stopped by signal N, oth
 """
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import sys
 from typing import Callable, Protocol
 
-from trainstack import hooks
-from trainstack.checkpoints import inspect, plan_recovery
+from trainstack import hooks, storage
+from trainstack.checkpoints import discard_all, inspect, load_failures, plan_recovery, write_identity
 from trainstack.errors import RuntimeFailure
 from trainstack.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.lease import Lease, LeaseHeld
-from trainstack.resume import FINISHED, RESUME, ResumePlan, check_inputs_here, plan
+from trainstack.published_history import FRESH_START
+from trainstack.resume import FINISHED, FRESH, RESUME, ResumePlan, check_inputs_here, plan, training_identity
 from trainstack.rundir import RunDir
 from trainstack.runspec import RunSpec
 
 EXIT_BUSY = 3  # another process holds the run
-# The run dir cannot be written: a full disk, a quota, a read-only or failing volume.
-STORAGE_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EROFS", "EIO") if hasattr(errno, n))
+# The run dir cannot be written: a full disk, a quota, a read-only or failing volume, permission denied.
+STORAGE_ERRNOS = storage.STORAGE_ERRNOS
 
 
 class StorageFailure(RuntimeFailure):
@@ -42,10 +42,8 @@ class StorageFailure(RuntimeFailure):
 
 
 def storage_failure(ex: OSError, run_dir: str) -> StorageFailure:
-    where = f" writing {ex.filename}" if ex.filename else ""
-    return StorageFailure(f"{ex.strerror or ex}{where} (run dir {run_dir})",
-                          f"free space on that filesystem (df -h {run_dir}), then relaunch: the run resumes from its "
-                          "last complete checkpoint")
+    problem, fix = storage.message(ex, run_dir)
+    return StorageFailure(f"{problem} (run dir {run_dir})", fix)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -151,7 +149,7 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
               f"taken over {spec.resume.lease_ttl_s:.0f} s after its last heartbeat.", file=sys.stderr)
         return EXIT_BUSY
     except OSError as ex:  # the lease's own small writes: a full disk before anything ran
-        if ex.errno not in STORAGE_ERRNOS:
+        if not storage.hits(ex, spec.run_dir):
             raise
         raise storage_failure(ex, spec.run_dir) from None
     try:
@@ -160,9 +158,13 @@ def execute(spec: RunSpec, start: StartRunner) -> int:
         _recover(spec, rundir, resume_plan)  # the local save dir says what the plan read
         for before in hooks.get(hooks.BEFORE_TRAINER):  # e.g. a Hub checkpoint downloaded + checked here
             before(hooks.RunContext(spec, rundir, lease, resume_plan))
-        return _run_with_lease(spec, rundir, lease, resume_plan, start)
+        code = _run_with_lease(spec, rundir, lease, resume_plan, start)
+        fallback = _after_load_failure(spec, rundir, resume_plan, code)
+        if fallback is not None:  # once: a second failure is refused by the plan (resume.py)
+            code = _run_with_lease(spec, rundir, lease, fallback, start)
+        return code
     except OSError as ex:
-        if ex.errno not in STORAGE_ERRNOS:
+        if not storage.hits(ex, spec.run_dir):
             raise
         failure = storage_failure(ex, spec.run_dir)
         _record(rundir, "storage_failed", state="failed", error=failure.problem)
@@ -198,9 +200,48 @@ def _release(lease: Lease, rundir: RunDir) -> None:
                 pass  # the lease lapses after its TTL: status says "stale" then
 
 
+def _after_load_failure(spec: RunSpec, rundir: RunDir, rp: ResumePlan, code: int) -> ResumePlan | None:
+    """The trainer could not load the checkpoint it resumed from (it recorded that in the save dir):
+    set it aside and resume from the previous intact one, once, in this launch. None: nothing to do,
+    or no fallback (the plan says why)."""
+    from trainstack.errors import ConfigErrors
+
+    if rp.action != RESUME or rp.checkpoint.latest_complete is None or code in (0, EXIT_FENCED) or code >= 128:
+        return None
+    if rp.checkpoint.latest_complete not in load_failures(rp.checkpoint.save_dir):
+        return None
+    try:
+        fallback = plan(spec, rundir, dry=False)
+    except ConfigErrors as err:
+        print(err.render().replace("nothing was launched", "nothing more is launched"), file=sys.stderr, flush=True)
+        return None
+    if fallback.action != RESUME:
+        return None
+    _recover(spec, rundir, fallback)
+    rundir.event("checkpoint_load_failed", checkpoint=rp.checkpoint.latest_complete,
+                 fallback=fallback.checkpoint.latest_complete)
+    return fallback
+
+
+def stopped_by_guard(rundir: RunDir, epoch: int) -> bool:
+    """Did the trainer's guard stop it itself under this lease epoch (its launcher frozen or gone:
+    `trainer_stopped_by_guard`, trainstack/guard.py)?"""
+    return any(e.get("event") == "trainer_stopped_by_guard" and e.get("lease_epoch") == epoch
+               for e in rundir.events())
+
+
 def _recover(spec: RunSpec, rundir: RunDir, rp: ResumePlan) -> None:
     """Make the save dir say what the plan read: move unpublished or broken iter dirs aside and
-    point the tracker at the checkpoint the plan resumes from (under the lease, before the trainer)."""
+    point the tracker at the checkpoint the plan resumes from (under the lease, before the trainer).
+    resume.mode=fresh: move every earlier checkpoint aside (kept), so the run starts from zero."""
+    if rp.action == FRESH and spec.resume.mode == "fresh":
+        moved = discard_all(rp.checkpoint.save_dir)
+        if moved:
+            rundir.event("checkpoint_recovery", problem="resume.mode=fresh: starting over", tracker=None,
+                         moved_aside=moved)
+            print(f"trainstack: {spec.run_id}: resume.mode=fresh: starting over; moved aside (kept): "
+                  f"{', '.join(os.path.basename(m) for m in moved)}", file=sys.stderr, flush=True)
+        return
     recovery = plan_recovery(rp.checkpoint)
     if recovery is None:
         return
@@ -226,13 +267,15 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         prepare_inputs(spec, rundir)
     prepare_data(spec.data_prepare, spec.data_root)
     rundir.write_spec(spec)
+    write_identity(rp.checkpoint.save_dir, training_identity(spec))  # copied into every checkpoint's manifest
     argv = spec.slime_command().full_argv()
     if rp.action == RESUME:
         rundir.event("resume", from_rollout=rp.from_rollout, checkpoint=rp.checkpoint.latest_complete,
                      allowed_changes={k: list(v) for k, v in (rp.changes or {}).items()}, lease_epoch=lease.record.epoch,
                      argv=argv)
     else:
-        rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv)
+        rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv,
+                     **({FRESH_START: True} if spec.resume.mode == "fresh" else {}))
     print(f"trainstack: {spec.run_id}: {rp.describe()}; run dir {spec.run_dir}", file=sys.stderr, flush=True)
     rundir.update_status(run_id=spec.run_id, state="running", num_rollout=rp.num_rollout, host=lease.record.host,
                          pid=os.getpid(), last_checkpoint=rp.checkpoint.latest_complete, lease_epoch=lease.record.epoch,
@@ -283,9 +326,12 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
         state = inspect(rp.checkpoint.save_dir)
         latest, _ = rundir.last_metrics()
         lost = lost or not lease.holds()  # superseded while the trainer ran (a frozen launcher back)
-        final = final_state(code if code is not None else 1, trainer.signalled, lost)
+        # a frozen launcher back: its guard stopped the trainer (lease lapsing): interrupted, not failed
+        signalled = trainer.signalled or (signal.SIGTERM if code and stopped_by_guard(rundir, lease.record.epoch)
+                                          else None)
+        final = final_state(code if code is not None else 1, signalled, lost)
         try:
-            rundir.event("exit", code=code, signal=trainer.signalled and signal.Signals(trainer.signalled).name,
+            rundir.event("exit", code=code, signal=signalled and signal.Signals(signalled).name,
                          latest_checkpoint=state.latest_complete, state=final, lease_epoch=lease.record.epoch)
             if not lost:  # status.json belongs to the lease holder: a superseded launcher leaves it alone
                 from trainstack.backends import EXIT_REASONS
@@ -298,11 +344,11 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
                 rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
                                      exit_code=code, **({"error": reason} if reason else {}))
         except OSError as ex:
-            if ex.errno not in STORAGE_ERRNOS:
+            if not storage.hits(ex, spec.run_dir):
                 raise
             print(f"trainstack: {spec.run_id}: the trainer exited ({final}, code {code}) but its final state could "
                   f"not be recorded: {ex.strerror or ex}; `trainstack status` judges it from the lease",
                   file=sys.stderr, flush=True)
     if lost:
         return EXIT_FENCED  # fenced exits are 75, whatever signal stopped the trainer
-    return exit_code(code, trainer.signalled)
+    return exit_code(code, signalled)

@@ -169,6 +169,11 @@ def normalise_argv(argv: list[str], conf_dir: str) -> list[str]:
         rewritten.append(new)
         if err:
             errors.append(err)
+    from trainstack import hydra_dirs
+
+    for key, path in hydra_dirs.given(overrides).items():  # Hydra creates them before anything else runs
+        if (err := hydra_dirs.problem(key, path)) is not None:
+            errors.append(err)
     if not errors:
         errors = syntax_errors(rewritten)
     if not errors:

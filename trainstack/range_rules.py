@@ -33,7 +33,10 @@ class Range:
         return above and below
 
     def text(self) -> str:
-        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        def num(x: float) -> str:  # integral bounds exactly (a seed's 2147483647, not 2.14748e+09)
+            return str(int(x)) if math.isfinite(x) and x == int(x) else f"{x:g}"
+
+        return f"{'(' if self.low_open else '['}{num(self.low)}, {num(self.high)}{')' if self.high_open else ']'}"
 
 
 INF = math.inf

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack import argtable as at
+from trainstack import meta_schema
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.identity import excluded_dests
 from trainstack.rundir import layout
@@ -595,7 +596,8 @@ def typed_sections(tree: dict[str, Any], origin: Origin
             errors.append(ConfigError(ns, "must be a mapping of slime dests", f"check {origin.source_of(ns)}"))
             continue
         node = dict(node)
-        meta[ns] = node.pop("meta", None) or {}
+        meta[ns], meta_errors = meta_schema.check(ns, node.pop("meta", None), origin.source_of)
+        errors += meta_errors
         for dest in list(node):
             if dest not in table:
                 cand = table.suggest(dest)
@@ -703,16 +705,21 @@ def run_identity(tree: dict[str, Any], merged: dict[str, Any], entrypoint: str, 
         extra.update(contribute(meta))
     digest = config_hash(merged, extra, {"data_root": paths.data_root, "models_root": paths.models_root})
     run_id = tree.get("run_id") or f"{name}-{digest}"
+    # a derived run id's faults are its name's: say so, with the fix that applies there
+    key, what = ("run_id", "") if tree.get("run_id") else ("name", f" (the run id is derived from it: `{name}-{digest}`)")
+    value = run_id if key == "run_id" else name
     bad_chars = set(run_id) - set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
     if bad_chars:
-        raise ConfigErrors([ConfigError("run_id", f"contains {''.join(sorted(bad_chars))!r}; run ids name "
-                                        "directories, W&B runs and SLURM jobs", "use letters, digits, '.', '_' and '-'",
-                                        value=run_id, source=origin.source_of("run_id"))])
+        raise ConfigErrors([ConfigError(key, f"contains {''.join(sorted(bad_chars))!r}{what}; run ids name "
+                                        "directories, W&B runs and SLURM jobs", f"set {key} to letters, digits, '.', "
+                                        "'_' and '-'" + ("" if key == "run_id" else ", or give run_id=... yourself"),
+                                        value=value, source=origin.source_of(key))])
     if run_id in (".", "..") or len(run_id) > MAX_RUN_ID:
-        raise ConfigErrors([ConfigError("run_id", f"'{run_id[:40]}' cannot name a run directory (it must not be '.' "
-                                        f"or '..', and at most {MAX_RUN_ID} characters)",
-                                        "use letters, digits, '.', '_' and '-'", value=run_id[:200],
-                                        source=origin.source_of("run_id"))])
+        limit = MAX_RUN_ID if key == "run_id" else MAX_RUN_ID - len(digest) - 1
+        raise ConfigErrors([ConfigError(key, f"'{str(value)[:40]}' cannot name a run directory (it must not be '.' "
+                                        f"or '..', and at most {limit} characters)", f"set {key} to at most {limit} "
+                                        "letters, digits, '.', '_' and '-'", value=str(value)[:200],
+                                        source=origin.source_of(key))])
     return name, run_id
 
 

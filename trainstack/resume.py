@@ -11,12 +11,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainstack.checkpoints import CheckpointState, inspect
-from trainstack import binding, hooks
+from trainstack.checkpoints import CheckpointState, checkpoint_identity, inspect
+from trainstack import binding, hooks, published_history
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.resolve import NON_TRAINING_DESTS
 from trainstack.identity import input_changes, inputs_of
 from trainstack.rundir import RunDir, layout
+from trainstack.rundir.layout import LOAD_FAILURES, iter_name
 from trainstack.schema import HubSpec, ResumeSpec
 
 
@@ -44,6 +45,7 @@ class ResumePlan:
     changes: dict[str, tuple[Any, Any]] | None = None  # allowed training-config changes
     source: str = "local"  # where the checkpoint is: local (the run dir) | a remote's source, e.g. hub
     remotes: dict[str, hooks.RemoteCheckpoint] = field(default_factory=dict)  # what each remote holds, by source
+    discard: tuple[str, ...] = ()  # resume.mode=fresh: what says the run had checkpoints (moved aside, kept)
 
     def suggested_num_rollout(self) -> int:
         """A num_rollout that continues this run: twice what it has trained (its last checkpoint, not
@@ -53,6 +55,8 @@ class ResumePlan:
 
     def describe(self) -> str:
         where = f" on {self.remotes[self.source].where_at}" if self.source in self.remotes else ""
+        if self.action == FRESH and self.discard:
+            return "fresh start (resume.mode=fresh: its earlier checkpoints are moved aside under checkpoints/.incomplete/)"
         if self.action == FRESH:
             return "fresh start (no checkpoint yet)"
         if self.action == FINISHED:
@@ -66,6 +70,12 @@ def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
             if k not in NON_TRAINING_DESTS and v is not None}
 
 
+def training_identity(run: PlannedRun) -> dict[str, Any]:
+    """What a checkpoint is trained under, as the resume plan compares it: written to
+    `<save>/identity.json` at each launch and copied by every writer into each manifest."""
+    return {"run_id": run.run_id, "args": training_relevant(run.args), "inputs": run.inputs}
+
+
 def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     a, b = training_relevant(stored), training_relevant(current)
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
@@ -75,31 +85,41 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
     """What launching `run` now would do. `dry`: a dry run, whose remote lookups (the resume.lookup
     hooks, e.g. the Hub's) read nothing over the network unless the run asks them to."""
     save = run.args.get("save") or str(rundir.checkpoints)
-    state = inspect(save, verify=True)  # content checksums: a corrupt file falls back, never loads
+    # verified: content checksums, and no manifest is a failed verification (a corrupt file falls back, never loads)
+    state = inspect(save, verify=True)
     mode = run.resume.mode
     num_rollout = run.args.get("num_rollout")
     recorded = rundir.read(layout.SPEC)
     recorded = recorded if isinstance(recorded, dict) else {}
+    if mode == "fresh":  # start over knowingly: only the launcher binding holds (the config may change)
+        binding.check(run, {k: v for k, v in recorded.items() if k != "args"} or None, False)
+        found = tuple(published_history.evidence(rundir, save, state)) if os.path.isdir(save) else ()
+        return ResumePlan(FRESH, state, 0, num_rollout, discard=found)
     # the args of what last ran: args.json and spec.json both (a deleted or edited one must not
-    # let a changed config resume silently)
-    stored_sets = [a for a in (rundir.stored_args(), recorded.get("args")) if isinstance(a, dict)]
+    # let a changed config resume silently), and the identity the checkpoint itself carries (the
+    # run's records may all be gone: it travels with the checkpoint)
+    ident = checkpoint_identity(save, state.latest_complete) if state.latest_complete is not None else None
+    stored_sets: list[dict[str, Any]] = [a for a in ((ident or {}).get("args"), rundir.stored_args(),
+                                                     recorded.get("args")) if isinstance(a, dict)]
+    input_sets = [(ident or {}).get("inputs"), recorded.get("inputs")]
     stored = stored_sets[0] if stored_sets else None
-    stored_inputs = recorded.get("inputs")
     remotes = lookup_remotes(run, state.latest_complete, dry)
     source = "local"
     for remote in remotes.values():  # a newer complete checkpoint held elsewhere wins over the run dir's
         if remote.record is not None and remote.latest is not None and (
                 state.latest_complete is None or remote.latest > state.latest_complete):
             state, source = CheckpointState(save, remote.latest, remote.latest), remote.source
-            stored, stored_inputs = remote.record["args"], remote.record.get("inputs")
+            stored, input_sets = remote.record["args"], [remote.record.get("inputs")]
             stored_sets = [stored]
     binding.check(run, rundir.read(layout.SPEC), state.resumable)  # launcher and spec (trainstack/binding.py)
+    refuse_repeated_load_failures(run, state)
     changes: dict[str, tuple[Any, Any]] = {}
     if stored is not None and state.resumable:
-        for earlier in reversed(stored_sets):  # args.json's view wins where both name a change
+        for earlier in reversed(stored_sets):  # the checkpoint's own view wins where several name a change
             changes.update(config_changes(earlier, run.args))
-        if isinstance(stored_inputs, dict):  # specs (and Hub pointers) of older trainstacks have none
-            changes.update(input_changes(stored_inputs, run.inputs))
+        for stored_inputs in reversed(input_sets):  # specs (and Hub pointers) of older trainstacks have none
+            if isinstance(stored_inputs, dict):
+                changes.update(input_changes(stored_inputs, run.inputs))
         refused = {k: v for k, v in changes.items() if k not in run.resume.allow_changes}
         if refused and mode != "never":
             rows = {f"{k}": f"{old!r} -> {new!r}" for k, (old, new) in refused.items()}
@@ -120,7 +140,7 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
             + "".join(f" nor on {r.where}" for r in remotes.values()),
             "check run_id and paths.runs_root, or use resume=auto", value="must", source=run.run_dir)])
     if not state.resumable:
-        refuse_lost_checkpoints(run, rundir, save)
+        refuse_lost_checkpoints(run, rundir, save, state)
         return ResumePlan(FRESH, state, 0, num_rollout, remotes=remotes)
     assert state.latest_complete is not None  # resumable
     start = state.latest_complete + 1
@@ -129,31 +149,37 @@ def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:
     return ResumePlan(RESUME, state, start, num_rollout, changes, source, remotes)
 
 
-LOST_CONSENT = "checkpoints"  # resume.allow_changes=[checkpoints]: start over although the run recorded some
-
-
-def recorded_checkpoint(rundir: RunDir) -> int | None:
-    """The newest checkpoint status.json or events.jsonl say this run had (None: none recorded)."""
-    seen = [rundir.status().get("last_checkpoint")]
-    seen += [e.get("latest_checkpoint", e.get("checkpoint")) for e in rundir.events()
-             if e.get("event") in ("resume", "finished")]
-    found = [n for n in seen if isinstance(n, int) and not isinstance(n, bool)]
-    return max(found) if found else None
-
-
-def refuse_lost_checkpoints(run: PlannedRun, rundir: RunDir, save: str) -> None:
-    """A save dir that is gone while the run recorded checkpoints is a lost disk or a wrong mount,
-    not a new run: a silent fresh start would retrain from zero under the same run_id."""
-    if LOST_CONSENT in run.resume.allow_changes or os.path.isdir(save):
+def refuse_lost_checkpoints(run: PlannedRun, rundir: RunDir, save: str, state: CheckpointState | None = None) -> None:
+    """No intact checkpoint, but a record says the run published one (trainstack/published_history.py):
+    a lost disk, a wrong mount, deleted or corrupt checkpoints, never a new run. A silent fresh start
+    would retrain from zero under the same run_id."""
+    if published_history.consents_to_start_over(run.resume):
         return
-    last = recorded_checkpoint(rundir)
-    if last is None:
+    if state is None or not os.path.isdir(save):
+        state = CheckpointState(save, None, None)
+    found = published_history.evidence(rundir, save, state)
+    if not found:
         return
+    where = (f"its checkpoint dir {save} is gone" if not os.path.isdir(save)
+             else f"no checkpoint in {save} is intact")
     raise ConfigErrors([ConfigError(
-        "resume", f"run {run.run_id} recorded checkpoints up to rollout {last}, but its checkpoint dir {save} is "
-        "gone; starting now would silently retrain from zero under the same run_id",
-        f"restore {save} (or its Hub copy), or start over knowingly with resume.allow_changes=[{LOST_CONSENT}]",
-        value=save, source=run.run_dir)])
+        "resume", f"run {run.run_id} has published checkpoints, but {where}; starting now would silently retrain "
+        "from zero under the same run_id", f"restore {save} (or its Hub copy) and relaunch, or start over knowingly "
+        "with resume.mode=fresh (the old checkpoints are moved aside under checkpoints/.incomplete/, not deleted)",
+        value=save, source=run.run_dir, related={f"found[{i}]": f for i, f in enumerate(found)})])
+
+
+def refuse_repeated_load_failures(run: PlannedRun, state: CheckpointState) -> None:
+    """A checkpoint that failed to load is set aside once; when the previous one fails too, the cause
+    is not the checkpoints (memory, a changed model or slime): stop instead of walking back to zero."""
+    if len(state.load_failed) < 2:
+        return
+    names = ", ".join(iter_name(n) for n in state.load_failed)
+    raise ConfigErrors([ConfigError(
+        "resume", f"run {run.run_id}: {names} failed to load one after the other; the cause is probably not the "
+        "checkpoints (memory, a changed model, torch or slime version), so nothing more is set aside",
+        f"read logs/trainer.log, fix the cause, then delete {state.save_dir}/{LOAD_FAILURES} and relaunch (it "
+        "resumes from the newest intact checkpoint)", value=run.run_id, source=run.run_dir)])
 
 
 def lookup_remotes(run: PlannedRun, local_latest: int | None, dry: bool) -> dict[str, hooks.RemoteCheckpoint]:

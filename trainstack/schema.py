@@ -11,6 +11,7 @@ import difflib
 import functools
 import math
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
@@ -150,12 +151,14 @@ class RuntimeEnvSpec:
 class ResumeSpec:
     """What relaunching an existing run_id does (see docs/resume.md)."""
 
-    mode: str = "auto"  # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none
+    # auto: resume if a complete checkpoint exists; never: refuse if one does; must: refuse if none;
+    # fresh: start over from zero knowingly (earlier checkpoints moved aside, kept)
+    mode: str = "auto"
     allow_changes: list[str] = field(default_factory=list)  # training-relevant dests allowed to differ on resume
     lease_ttl_s: float = 120.0  # one writer per run: a dead holder's lease is taken over after this (>= 3 x (grace_s + 2))
     grace_s: float = 30.0  # after SIGINT/SIGTERM, time for a final checkpoint before the group is killed
 
-    CHOICES = {"mode": ("auto", "never", "must")}
+    CHOICES = {"mode": ("auto", "never", "must", "fresh")}
     MAX_S = 7 * 86400.0  # longer would block a dead run for a week (and overflow the renewal thread's waits)
     # names that are not dests: start over although checkpoints were recorded (resume.py), move a run to
     # another launcher (binding.py)
@@ -255,7 +258,7 @@ ROOT_KEYS = set(ROOT_SECTIONS) | set(ROOT_SCALARS) | set(DEST_NAMESPACES) | {"hy
 
 def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         if type(None) not in typing.get_args(tp):
             return " or ".join(_type_name(a) for a in inner)
@@ -274,7 +277,7 @@ def _type_name(tp: Any) -> str:
 def check_value(tp: Any, value: Any) -> bool:
     """Strict check: YAML/CLI give us real ints/bools/strings, no silent coercion."""
     origin = typing.get_origin(tp)
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:  # Optional[float] and `float | None` alike
         args = typing.get_args(tp)
         if value is None:
             return type(None) in args
@@ -361,6 +364,8 @@ def _fields_to_typed(cls: type, node: dict, prefix: str, source_of: typing.Calla
     if errors:
         return None, errors
     obj = cls(**kwargs)
-    for key, value, problem, fix in (obj.problems() if hasattr(obj, "problems") else []):
+    from trainstack.setting_domains import problems_of  # ports, prices, counts, URLs, images: the domains
+
+    for key, value, problem, fix in [*(obj.problems() if hasattr(obj, "problems") else []), *problems_of(obj, prefix)]:
         errors.append(ConfigError(f"{prefix}{key}", problem, fix, value=value, source=source_of(f"{prefix}{key}")))
     return (None, errors) if errors else (obj, [])

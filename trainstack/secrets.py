@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 REDACTED = "<redacted>"
 
@@ -196,7 +198,7 @@ def redact_names(text: str) -> str:
         if m.start() < pos:
             continue
         leaf = m.group(1).lstrip("+~").rsplit(".", 1)[-1]
-        if not is_secret_name(leaf) or text.startswith(_PLACEHOLDERS, m.end()):
+        if not is_secret_name(leaf) or text.startswith(_PLACEHOLDERS, m.end()) or not _assigns(text, m):
             continue
         scan = scan or _Scanner(text)
         end = scan.value_end(m.end())
@@ -205,6 +207,23 @@ def redact_names(text: str) -> str:
             pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _assigns(text: str, m: re.Match[str]) -> bool:
+    """Is this `name<sep>` an assignment (a value follows) rather than prose or a path? `name=...` is;
+    `name: ...` only when the name is quoted (JSON), starts its line (YAML) or follows `{`, `[` or `,`
+    (a flow mapping): "unknown key: foo" and
+    "/etc/passwd: not a sweep directory" name no secret. A name inside a path never does."""
+    if m.start() > 0 and text[m.start() - 1] in "/\\":
+        return False
+    if "=" in m.group(2):
+        return True
+    if text[m.start()] in "\"'\\":
+        return True
+    i = m.start() - 1
+    while i >= 0 and text[i] in " \t":
+        i -= 1
+    return i < 0 or text[i] in "\n{[,-"  # a line's first key (YAML), or a key of a flow mapping {K: v, K: v}
 
 
 def redact_text(text: str) -> str:
@@ -254,3 +273,37 @@ def scrub(text: str, extra: Iterable[str] = (), env: Mapping[str, str] | None = 
     text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _SECRET_SHAPES[0].sub(lambda m: m.group(1) + REDACTED, text)
     return _SECRET_SHAPES[1].sub(REDACTED, text)
+
+
+# --- every line trainstack prints --------------------------------------------------------------
+class ScrubbingStream:
+    """A text stream that hides credentials (scrub) in everything written through it: what a command
+    echoes back (an argument, a repo id, a client library's error) cannot print a secret's value."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(scrub(text) if text else text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, buffer, ...
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def scrubbed_output() -> Iterator[None]:
+    """sys.stdout and sys.stderr scrubbed while a command runs (restored after, SystemExit included)."""
+    old = sys.stdout, sys.stderr
+    if isinstance(old[0], ScrubbingStream):  # nested (trainstack run inside trainstack): once is enough
+        yield
+        return
+    sys.stdout, sys.stderr = ScrubbingStream(old[0]), ScrubbingStream(old[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = old

@@ -47,6 +47,7 @@ class Row:
     cost_usd: float | None = None
     started: str | None = None  # the first launch (events.jsonl), ISO; status_view.add_timing fills it
     seconds: float | None = None  # training time over every launch
+    problem: str | None = None  # a corrupt or unreadable file of the run dir: the row says so, nothing is read
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -84,17 +85,34 @@ def locate(target: str, runs_root: str = "runs") -> str:
     return target
 
 
-def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
+def collect(targets: Sequence[str], runs_root: str = "runs",
+            corrupt: dict[str, list[ConfigError]] | None = None) -> list[Row]:
     """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
-    for corrupt files in their run directories."""
+    for corrupt files in their run directories. `corrupt`: collect those per run instead (by run dir),
+    each such row marked, so one broken run does not hide the others (`trainstack status`)."""
     from trainstack.rundir import check
-
-    refs = expand([locate(t, runs_root) for t in targets], runs_root)
-    check.require_readable([r.run_dir for r in refs], skip=(layout.METRICS,))
     from trainstack.rundir.progress import require_readable_tails
 
-    require_readable_tails([r.run_dir for r in refs])  # status reads only the end of metrics.jsonl
-    return [_run_row(ref) for ref in refs]
+    def readable(dirs: list[Path]) -> None:
+        check.require_readable(dirs, skip=(layout.METRICS,))
+        require_readable_tails(dirs)  # status reads only the end of metrics.jsonl
+
+    refs = expand([locate(t, runs_root) for t in targets], runs_root)
+    if corrupt is None:
+        readable([r.run_dir for r in refs])
+        return [_run_row(ref) for ref in refs]
+    rows = []
+    for ref in refs:
+        row = _run_row(ref)
+        try:
+            readable([ref.run_dir])
+        except ConfigErrors as ex:
+            corrupt[str(ref.run_dir)] = ex.errors
+            first = ex.errors[0]
+            kind = "corrupt" if " is corrupt:" in first.problem else "unreadable"
+            row.problem = f"{kind}: {first.key.rsplit('/', 1)[-1]} (below)"
+        rows.append(row)
+    return rows
 
 
 def run_states(run_dirs: Sequence[str | Path]) -> dict[str, str | None]:
@@ -125,6 +143,7 @@ def fill(rows: list[Row]) -> list[Row]:
     """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
     overrides that vary."""
     from trainstack.launch.registry import get
+    from trainstack.rundir.hub_state import hub_note
     from trainstack.rundir.liveness import judge
     from trainstack.rundir.progress import progress
 
@@ -134,6 +153,9 @@ def fill(rows: list[Row]) -> list[Row]:
         except ConfigErrors:
             pass
     for r in rows:
+        if r.problem:  # a corrupt run dir: its files are not read (the errors are printed under the table)
+            r.state = r.problem
+            continue
         rd = RunDir(r.run_dir)
         st = rd.status()
         r.state = judge(rd.path, st).text()  # "running" only while the lease names a live holder
@@ -142,11 +164,13 @@ def fill(rows: list[Row]) -> list[Row]:
         hub = st.get("hub") or {}
         r.hub_pushed, r.hub_commit, r.hub_pending = hub.get("last_pushed"), hub.get("commit"), hub.get("pending")
         events = rd.events()
+        note = hub_note(st, events) if r.state not in ("running", None) else None
+        r.state = f"{r.state}, {note}" if note else r.state  # e.g. "finished, hub: 0/2 pushed, 401"
         r.resumed_from = [int(e["from_rollout"]) for e in events
                           if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
         r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
-    for name, group in by_launcher(rows).items():
+    for name, group in by_launcher([r for r in rows if not r.problem]).items():
         try:
             get(name).status(group)
         except ConfigErrors:  # a launcher not installed here: the run dir's facts are all status can show
@@ -180,13 +204,15 @@ def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = 
               file=sys.stderr)
         return 0
     seen: list[Row] = []
+    corrupt: dict[str, list[ConfigError]] = {}
 
     def show() -> None:
+        corrupt.clear()
         try:
-            rows = fill(collect(chosen, runs_root))
+            rows = fill(collect(chosen, runs_root, corrupt))
         except ConfigErrors as ex:
             report_and_exit(ex, command="status")
-        add_timing(rows)
+        add_timing([r for r in rows if not r.problem])  # a corrupt run dir's files are not read
         seen[:] = rows
         if as_json:
             print(json.dumps([r.to_json() for r in rows], indent=1, default=str))
@@ -196,6 +222,8 @@ def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = 
 
     if watch is None:
         show()
+        if corrupt:  # the readable runs are shown above; the broken ones named here, with the fix
+            report_and_exit(ConfigErrors([e for errs in corrupt.values() for e in errs]), command="status")
         return 0
     from trainstack.status_view import watch as follow
 

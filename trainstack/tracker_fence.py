@@ -13,7 +13,8 @@ which Megatron's `read_metadata` exits on) and records no epoch. slime cannot be
 trainer process gets `open_file` replaced in that module (`patch`): opening the tracker for
 writing returns a buffer whose close is `publish_tracker`:
 
-    fence check -> write a temp file, fsync -> fence check -> rename over the tracker
+    fence check -> iter_N/manifest.json (every file's size, SHA-256 up to HASH_MAX_BYTES, the epoch,
+    the run's training identity) -> write a temp file, fsync -> fence check -> rename over the tracker
     -> one publish.jsonl line {iter, epoch, pid, time, writer: megatron}
 
 the same publish the tiny trainer does (trainstack/tiny/checkpoint.py), so the resume plan's rule
@@ -66,6 +67,10 @@ MEGATRON_CONTRACT = {
     "tracker_name_function": "get_checkpoint_tracker_filename",
     "tracker_file": TRACKER,
     "write_mode": "w",
+    # the loader slime calls (slime/backends/megatron_utils/checkpoint.py imports it from the module, so
+    # a wrapper set right after the module executes is the one slime binds) and Megatron's args getter
+    "loader": "load_checkpoint",
+    "args_getter": "get_args",
     # sha256 of ast.unparse() of the finalizer that writes the tracker: a changed one is re-read by hand
     "finalizer_sha256": "596c79b2149fe8e20f1c8e11048a9c9db84379c6316648dc198b8039f3ba7f2e",
 }
@@ -99,6 +104,9 @@ def publish_tracker(path: str, text: str, fence: Fence | None) -> None:
     save_dir = os.path.dirname(os.path.abspath(path))
     if fence is not None:
         fence.check()
+    value = text.strip()
+    if value.isdigit():  # the checkpoint's proof and identity, before it becomes visible
+        write_manifest(save_dir, int(value), fence)
     tmp = f"{path}.tmp.{os.getpid()}.{secrets.token_hex(3)}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -114,12 +122,49 @@ def publish_tracker(path: str, text: str, fence: Fence | None) -> None:
         except OSError:
             pass
         raise
-    value = text.strip()
     if value.isdigit():
         line = {"iter": int(value), "epoch": fence.epoch if fence else None, "pid": os.getpid(),
                 "time": time.time(), "writer": WRITER}
         with open(os.path.join(save_dir, PUBLISH_LOG), "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
+
+
+# Files above this size are recorded by size only: hashing a multi-GB torch_dist shard on rank 0 at every
+# save would stall training (docs/resume.md, "slime's Megatron checkpoints").
+HASH_MAX_BYTES = 64 << 20
+
+
+def write_manifest(save_dir: str, iteration: int, fence: Fence | None) -> bool:
+    """`iter_N/manifest.json` for a Megatron checkpoint Megatron just finalized: every file with its
+    size, the SHA-256 of each up to HASH_MAX_BYTES, the writer's epoch and the run's training identity
+    (`<save>/identity.json`). False when there is no such iter dir (nothing to describe)."""
+    from trainstack import checkpoints as ck
+    from trainstack.rundir.layout import MANIFEST, iter_name
+
+    root = os.path.join(save_dir, iter_name(iteration))
+    if not os.path.isdir(root):
+        return False
+    rel: list[str] = []
+    sums: dict[str, str] = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            r = os.path.relpath(full, save_dir)
+            if name == MANIFEST and dirpath == root:
+                continue
+            rel.append(r)
+            if os.path.getsize(full) <= HASH_MAX_BYTES:
+                sums[r] = ck.file_sha256(full)
+    manifest = ck.Manifest.of_files(save_dir, iteration, rel, WRITER, fence.epoch if fence else None, sums,
+                                    ck.read_identity(save_dir))
+    target = os.path.join(root, MANIFEST)
+    tmp = f"{target}.tmp.{os.getpid()}.{secrets.token_hex(3)}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(manifest.to_json())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    return True
 
 
 def fenced_opener(original: Callable[..., Any], fence: Fence | None = None,
@@ -135,16 +180,50 @@ def fenced_opener(original: Callable[..., Any], fence: Fence | None = None,
     return open_file
 
 
+def recording_loader(original: Callable[..., Any], ns: dict[str, Any]) -> Callable[..., Any]:
+    """Megatron's `load_checkpoint`, recording a failure to load the run's own published checkpoint in
+    `<save>/load_failures.jsonl` (trainstack/checkpoints.py): the launcher sets it aside once and
+    resumes from the previous intact one, instead of every relaunch dying on it."""
+
+    def load_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except Exception as ex:
+            _record_failure(ns, str(kwargs.get("load_arg", "load")), ex)
+            raise
+
+    setattr(load_checkpoint, _PATCHED, original)
+    return load_checkpoint
+
+
+def _record_failure(ns: dict[str, Any], load_arg: str, ex: BaseException) -> None:
+    try:
+        margs = ns[MEGATRON_CONTRACT["args_getter"]]()
+        load, save = getattr(margs, load_arg, None), getattr(margs, "save", None)
+        if not load or not save or os.path.realpath(load) != os.path.realpath(save):
+            return  # initial weights (ref_load, a pretrained checkpoint): not this run's to set aside
+        from trainstack import checkpoints as ck
+
+        tracker = ck.read_tracker(load)
+        if tracker is not None and tracker.isdigit():
+            ck.record_load_failure(load, int(tracker), f"{type(ex).__name__}: {ex}")
+    except Exception:  # noqa: BLE001 - recording must never hide the load's own error
+        pass
+
+
 def patch(module: ModuleType | dict[str, Any], fence: Fence | None = None) -> bool:
-    """Replace `open_file` in Megatron's checkpointing module (or a namespace holding its functions);
-    False when there is none to replace (a Megatron without it: tests/test_tracker_fence.py says
-    which). Idempotent."""
+    """Replace `open_file` in Megatron's checkpointing module (or a namespace holding its functions),
+    and wrap its `load_checkpoint` (recording_loader); False when there is no `open_file` to replace
+    (a Megatron without it: tests/test_tracker_fence.py says which). Idempotent."""
     ns = module if isinstance(module, dict) else vars(module)
     current = ns.get(PATCHED_GLOBAL)
     if current is None:
         return False
     if not hasattr(current, _PATCHED):
         ns[PATCHED_GLOBAL] = fenced_opener(current, fence)
+    loader = ns.get(MEGATRON_CONTRACT["loader"])
+    if callable(loader) and not hasattr(loader, _PATCHED):
+        ns[MEGATRON_CONTRACT["loader"]] = recording_loader(loader, ns)
     return True
 
 

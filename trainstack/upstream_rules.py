@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # light at import: `trainstack --help` discovers the features
 
 
 def register(registry: "Registry") -> None:
-    from trainstack import hooks, megatron_rules, range_rules, runtime_rules, switch_rules  # noqa: F401  (@rule adds to UPSTREAM)
+    from trainstack import (  # noqa: F401  (@rule adds to UPSTREAM)
+        dest_domains, hooks, megatron_rules, range_rules, runtime_rules, switch_rules)
 
     for fn in UPSTREAM:
         registry.add(hooks.RULES, fn, order=10)

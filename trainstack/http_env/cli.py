@@ -46,6 +46,9 @@ def _as_flag(e: ConfigError) -> ConfigError:
 def cmd_serve(ns: argparse.Namespace) -> int:
     from trainstack.http_env.settings import parse_serve
 
+    if not 0 <= ns.port <= 65535:  # bind() would raise OverflowError after the env was built
+        report_and_exit(ConfigErrors([ConfigError("--port", f"{ns.port} is not a TCP port", "give --port in [1, 65535], "
+                                                  "or 0 for a free one", value=ns.port)]), command="env serve")
     try:
         settings = parse_serve({"env": ns.name, "host": ns.host, "max_sessions": ns.max_sessions,
                                 "session_ttl_s": ns.session_ttl_s, "terminal_hook": ns.terminal_hook,
@@ -54,12 +57,39 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
         make_env(settings.env, settings.options)  # options checked before anything listens
     except ConfigErrors as err:  # keys as the flags are spelled
-        report_and_exit(ConfigErrors([_as_flag(e) for e in err.errors]))
+        report_and_exit(ConfigErrors([_as_flag(e) for e in err.errors]), command="env serve")
     from trainstack.http_env.server import serve
 
+    refused = _bind_problem(settings.host, ns.port)
+    if refused is not None:  # the address is taken or not ours: one message, not uvicorn's traceback
+        from trainstack.errors import RuntimeFailure, report_failure_and_exit
+
+        class ServeFailure(RuntimeFailure):
+            what = "the env server"
+
+        report_failure_and_exit(ServeFailure(f"cannot listen on {settings.host}:{ns.port}: {refused}",
+                                               "pick another --port (0: a free one), or stop what listens there"))
     return serve(settings.env, host=settings.host, port=ns.port, max_sessions=settings.max_sessions,
                  session_ttl_s=settings.session_ttl_s, terminal_hook=settings.terminal_hook, options=settings.options,
                  ready_file=ns.ready_file)
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why uvicorn could not bind host:port (None: it can), asked the way it binds (SO_REUSEADDR)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as ex:
+        return str(ex.strerror or ex)
+    family, kind, proto, _, addr = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as ex:
+            return str(ex.strerror or ex)
+    return None
 
 
 def cmd_list(_ns: argparse.Namespace) -> int:

@@ -183,6 +183,9 @@ def cmd_pull(ns: argparse.Namespace) -> int:
 
 
 def add_hub(sub: Any) -> None:
+    from trainstack.cli import RUNS_ROOT_HELP
+    from trainstack.userconfig import default_runs_root
+
     p = sub.add_parser("hub", help="what the Hugging Face Hub holds of a run (ls), fetch a checkpoint by hand (pull)",
                        description="Runs pushed with hub.repo_id=<user>/<repo> (docs/hub.md).")
     hub_sub = p.add_subparsers(dest="hub_command", required=True)
@@ -192,7 +195,7 @@ def add_hub(sub: Any) -> None:
         q = hub_sub.add_parser(name, help=text, description=text)
         q.add_argument("run", help="a run id (under --runs-root) or a run directory")
         q.add_argument("--repo-id", help="the Hub repo (default: the run's hub.repo_id from its spec.json)")
-        q.add_argument("--runs-root", default="runs", help="where run ids are looked up (default ./runs)")
+        q.add_argument("--runs-root", default=default_runs_root(), help=RUNS_ROOT_HELP)
         if name == "ls":
             q.add_argument("--json", action="store_true", help="machine-readable output")
         else:

@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from trainstack.checkpoints import inspect, is_complete
 from trainstack.fence import Fenced
@@ -61,6 +61,7 @@ class SyncWorker:
         self._wake = threading.Event()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="trainstack-hub-sync", daemon=True)
+        self._told_storage = False
 
     # --- lifecycle side ----------------------------------------------------------------------
     def start(self) -> "SyncWorker":
@@ -83,7 +84,7 @@ class SyncWorker:
         latest = inspect(self.save_dir).latest_complete
         on_hub = latest is None or (self.pushed is not None and self.pushed >= latest)
         if not on_hub and not self.fenced:
-            self.rundir.event("hub_behind", latest_checkpoint=latest, last_pushed=self.pushed,
+            self._event("hub_behind", latest_checkpoint=latest, last_pushed=self.pushed,
                               waited_s=round(timeout_s, 1), last_error=self.last_error)
             _say(f"the Hub has {'no checkpoint' if self.pushed is None else iter_name(self.pushed)} of this run, the "
                  f"run dir has {iter_name(latest) if latest is not None else '-'}; relaunch the run (it resumes, "
@@ -113,7 +114,7 @@ class SyncWorker:
         except Exception as ex:  # noqa: BLE001 - the sync must never take the run down
             from trainstack.hub.client import describe_error
 
-            self.rundir.event("hub_sync_crashed", error=describe_error(ex))
+            self._event("hub_sync_crashed", error=describe_error(ex))
             _say(f"the sync worker stopped: {describe_error(ex)}")
         finally:
             self._done.set()
@@ -154,7 +155,7 @@ class SyncWorker:
         if self.pushed is not None and i <= self.pushed:
             return
         if self.wanted is not None and self.wanted < i:
-            self.rundir.event("hub_skip", iteration=self.wanted, reason=f"superseded by {iter_name(i)} before it "
+            self._event("hub_skip", iteration=self.wanted, reason=f"superseded by {iter_name(i)} before it "
                               "was pushed (the newest checkpoint wins)")
         self.wanted = i
 
@@ -192,7 +193,7 @@ class SyncWorker:
 
             self.last_error = describe_error(ex)
             hint = credentials_hint(ex, str(self.hub.repo_id))
-            self.rundir.event("hub_push_failed", iteration=i, attempt=self.failures, error=self.last_error,
+            self._event("hub_push_failed", iteration=i, attempt=self.failures, error=self.last_error,
                               retry_in_s=delay, seconds=round(time.monotonic() - t0, 3), hint=hint)
             self._status(pending=i)
             if self.failures in (1, 5) or self.failures % 20 == 0:
@@ -203,11 +204,11 @@ class SyncWorker:
         if self.wanted == i:
             self.wanted = None
         if res.skipped:
-            self.rundir.event("hub_skip", iteration=i, reason=res.skipped)
+            self._event("hub_skip", iteration=i, reason=res.skipped)
             self.pushed = max(self.pushed if self.pushed is not None else -1, i)
             return
         self.pushed, self.last = i, res
-        self.rundir.event("hub_push", repo_id=self.hub.repo_id, iteration=i, commit=res.commit,
+        self._event("hub_push", repo_id=self.hub.repo_id, iteration=i, commit=res.commit,
                           files_commit=res.files_commit, files=res.files, bytes=res.bytes, hf_commit=res.hf_commit,
                           hf_missing=res.hf_missing or None, rollouts=len(res.rollouts), deleted=res.deleted,
                           seconds=round(res.seconds, 3), transfer=getattr(self._client, "transfer", None))
@@ -218,7 +219,7 @@ class SyncWorker:
     def _fenced(self, i: int) -> None:
         self.fenced = True
         if not self.abandoned:
-            self.rundir.event("hub_fenced", iteration=i, reason="this process no longer holds the run's lease; "
+            self._event("hub_fenced", iteration=i, reason="this process no longer holds the run's lease; "
                               "a newer writer pushes its checkpoints")
 
     def _job(self, i: int) -> PushJob:
@@ -234,6 +235,23 @@ class SyncWorker:
                        rollout_template=self.spec.args.get("save_debug_rollout_data") if self.hub.push_rollouts
                        else None, keep=self.hub.keep, host=socket.gethostname())
 
+    def _event(self, event: str, **fields: Any) -> None:
+        """An event from the sync, which a full or read-only run dir must not stop (nor crash the thread)."""
+        try:
+            self.rundir.event(event, **fields)
+        except OSError as ex:
+            self._unrecorded(ex, event)
+
+    def _unrecorded(self, ex: OSError, what: str) -> None:
+        from trainstack import storage
+
+        if not storage.is_storage_error(ex):
+            raise ex
+        if not self._told_storage:
+            self._told_storage = True
+            problem, fix = storage.message(ex, str(self.rundir.path))
+            _say(f"could not record {what} in the run dir ({problem}); the sync goes on. fix: {fix}")
+
     def _status(self, pending: int | None, pushed: PushResult | None = None) -> None:
         """status.json `hub`: what the Hub has of this run and what is waiting (merged, so a previous launch's
         last push stays visible until this one pushes)."""
@@ -242,4 +260,7 @@ class SyncWorker:
         if pushed is not None:
             hub.update(last_pushed=pushed.iteration, commit=pushed.commit, files_commit=pushed.files_commit,
                        pushed_at=now_iso())
-        self.rundir.update_status(hub=hub)
+        try:
+            self.rundir.update_status(hub=hub)
+        except OSError as ex:
+            self._unrecorded(ex, "the Hub state")

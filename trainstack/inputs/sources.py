@@ -126,6 +126,10 @@ def read(config: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[Sources, l
                                       "paths.data_root})", "e.g. {repo: zhuzilin/aime-2024, files: "
                                       "{aime-2024.jsonl: aime-2024/aime-2024.jsonl}}", value=entry))
             continue
+        if entry["repo"].count("/") != 1 or not all(entry["repo"].split("/")):
+            errors.append(ConfigError(f"{key}.repo", "is not a Hugging Face dataset repo id (owner/name)",
+                                      "e.g. repo: zhuzilin/dapo-math-17k", value=entry["repo"]))
+            continue
         transform = entry.get("transform")
         if transform is not None and transform not in TRANSFORMS and "." not in str(transform):
             errors.append(ConfigError(f"{key}.transform", f"unknown transform {transform!r}",

@@ -19,14 +19,20 @@ from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.rundir import layout
 
 REWRITTEN = "move it aside (mv {path} {path}.corrupt): trainstack writes a new one on the next launch"
-RESTORE = ("restore it from a copy of the run directory, or move the run directory aside and relaunch "
-           "(a new run starts from scratch)")
+# What the run *is*: every launch rewrites these from its config, and the checkpoints carry the training
+# identity (docs/resume.md), so moving one aside and relaunching with the run's config resumes it.
+RESTORE = ("move it aside (mv {path} {path}.corrupt) and relaunch with the run's config: trainstack writes it "
+           "again and the run resumes from its checkpoints (a changed config is still refused); or restore it "
+           "from a copy of the run directory")
+UNREADABLE = ("make it readable for this user (chmod u+r {path}, or run as the user that owns the run); it is not "
+              "corrupt, so nothing needs restoring")
 LEASE_FIX = ("if no trainstack process is running this run (check the host and pid in it), move it aside "
              "(mv {path} {path}.corrupt) and relaunch")
 SLURM_FIX = ("it records the run's SLURM job: restore it (squeue/sacct show the job id), or move it aside "
              "(mv {path} {path}.corrupt); `trainstack cancel RUN_ID` then cancels by job name")
 TRACKER_FIX = ("write the rollout id of the newest complete iter_* directory into it (or move it aside to start the "
                "run over), then relaunch")
+CANNOT_READ = "it cannot be read"
 METRICS_FIX = ("move it aside (mv {path} {path}.corrupt); `trainstack compare --source tensorboard` still reads "
                "the run's TensorBoard files")
 
@@ -154,7 +160,7 @@ def _problem(path: Path, shape: FileShape) -> str:
     except IsADirectoryError:
         return "it is a directory, not a file"
     except OSError as ex:
-        return f"it cannot be read ({ex.strerror or ex})"
+        return f"{CANNOT_READ} ({ex.strerror or ex})"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -215,6 +221,8 @@ def file_problem(run_dir: str | Path, name: str) -> ConfigError | None:
     why = _problem(path, shape)
     if not why:
         return None
+    if why.startswith(CANNOT_READ):  # permission denied, an I/O error: the file may be fine
+        return ConfigError(str(path), f"{name} {why[3:]}", UNREADABLE.format(path=path))
     return ConfigError(str(path), f"{name} is corrupt: {why}", shape.fix.format(path=path))
 
 

@@ -23,6 +23,7 @@ STATUS = "status.json"
 STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
 METRICS = "metrics.jsonl"
 LEASE = "lease.json"
+TRAINER_HEARTBEAT = "trainer_heartbeat.json"  # the guard's word that its trainer is not stopped: {pid, epoch, time}
 LEASE_EPOCHS = "lease.epochs"  # every lease epoch ever reserved, one per line: epochs never repeat
 SLURM = "slurm.json"  # the scheduler's record of a submitted run
 LIUM = "lium.json"  # a run registered with the Lium commander (its URL, the pod's run dir)
@@ -51,6 +52,8 @@ DATA_CURSOR = "rollout/global_dataset_state_dict_{rollout_id}.pt"  # slime's dat
 MANIFEST = "manifest.json"  # in an iter dir: every file of the checkpoint with its size (docs/resume.md)
 INCOMPLETE_DIR = ".incomplete"  # under --save: unpublished or broken iter dirs moved aside, never deleted
 PUBLISH_LOG = "publish.jsonl"  # under --save: one line per checkpoint the tiny trainer published (iter, epoch)
+CHECKPOINT_IDENTITY = "identity.json"  # under --save: what the run trains (run_id, args, inputs); copied into manifests
+LOAD_FAILURES = "load_failures.jsonl"  # under --save: a published checkpoint the trainer could not load (iter, error)
 SECRETS = ".secrets.json"  # mode 0600, only while a Ray job runs: the entrypoint reads its secrets from it
 # Sweep directory.
 SWEEP_MANIFEST = "sweep.json"

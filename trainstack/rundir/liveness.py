@@ -7,6 +7,9 @@ on this host, the holder's pid alive). Otherwise the run is
 
 - `stopping`: its launcher is gone, its trainer's group is finishing a final checkpoint (the guard);
 - `stale`: its holder is dead or stopped renewing: the lease will lapse (or has), a relaunch resumes;
+  or its holder is alive but the trainer is frozen: the guard's trainer heartbeat
+  (`trainer_heartbeat.json`, one every 5 s while the trainer process is not stopped) is older than
+  the lease TTL;
 - `lost`: no live lease at all (lease.json deleted, or released without a final state): a relaunch resumes.
 
 Each comes with the fix. Only "running" is judged: a final state (finished, failed, interrupted,
@@ -62,4 +65,25 @@ def judge(run_dir: str | Path, status: dict[str, Any], now: float | None = None)
     if now > rec.expires_at:
         return Judged("stale", f"holder pid {rec.pid} on {rec.host}: no heartbeat for "
                                f"{now - rec.expires_at + rec.ttl_s:.0f} s", fix)
-    return Judged(state)
+    return _trainer_heartbeat(run_dir, rec, now, fix) or Judged(state)
+
+
+TRAINER_BEATS = 3  # heartbeats a trainer may miss (the guard writes one every guard.HEARTBEAT_S = 5 s)
+
+
+def _trainer_heartbeat(run_dir: Path, rec: Any, now: float, fix: str) -> Judged | None:
+    """A live launcher over a frozen trainer: the guard's heartbeat of this lease epoch is older than the
+    lease TTL (and three beats). None when it is fresh, or there is none to judge by (an older guard, a
+    trainer not started yet, a launcher that runs no guard here)."""
+    from trainstack.rundir import read_json
+
+    beat = read_json(run_dir / layout.TRAINER_HEARTBEAT)
+    if not isinstance(beat, dict) or beat.get("epoch") != rec.epoch or not isinstance(beat.get("time"), (int, float)):
+        return None
+    age = now - float(beat["time"])
+    if age <= max(rec.ttl_s, TRAINER_BEATS * 5.0):
+        return None
+    pid = beat.get("pid")
+    return Judged("stale", f"trainer pid {pid}: no heartbeat for {age:.0f} s (stopped or frozen) while its launcher "
+                  f"pid {rec.pid} holds the lease", f"kill -CONT {pid} if it was stopped; else stop the run "
+                  f"(kill -TERM {rec.pid}) and {fix}")

@@ -7,7 +7,8 @@ and a writer that lost its run's lease never publishes.
                                  scheduler.pt        LR scheduler state
                                  rng.pt              python / numpy / torch RNG states
                                  meta.json           arch + rollout_id
-                                 manifest.json       every file of the checkpoint: size, sha256, writer epoch
+                                 manifest.json       every file of the checkpoint: size, sha256, writer epoch,
+                                                     and the run's training identity (<save>/identity.json)
     <save>/rollout/global_dataset_state_dict_{rollout_id}.pt   data cursor (listed in the manifest)
     <save>/publish.jsonl                             one line per publish: iteration, lease epoch, pid
 
@@ -185,7 +186,7 @@ def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, cur
         hashes[ck.data_cursor(n)] = hashlib.sha256(cursor).hexdigest()
     _check(fence, cursor_tmp)
     manifest = ck.Manifest(n, dict(sorted(sizes.items())), WRITER, fence.epoch if fence else None,
-                           dict(sorted(hashes.items())))
+                           dict(sorted(hashes.items())), ck.read_identity(save_dir))
     _write_file(os.path.join(staging, MANIFEST), manifest.to_json().encode())
     _fsync_dir(staging)
     _slow_hook()
@@ -233,7 +234,7 @@ def _check(fence: Fence | None, staged: str | None = None) -> None:
 
 def load_checkpoint(path: str, step: int | str | None = None, *, load_optim: bool = True,
                     load_rng: bool = True) -> tuple[int | str, TrainState]:
-    """Load ``iter_{step}`` (default: the tracker's). Refuses anything incomplete."""
+    """Load ``iter_{step}`` (default: the tracker's). Refuses anything that fails verification."""
     import torch
 
     if step is None:
@@ -241,7 +242,8 @@ def load_checkpoint(path: str, step: int | str | None = None, *, load_optim: boo
         if step is None:
             raise FileNotFoundError(f"{path}: no {TRACKER}")
         step = step if step == RELEASE else int(step)
-    why = None if step == RELEASE else ck.problem_of(path, int(step))
+    # verified: a manifest with every file's size and SHA-256 (none is a failed verification, docs/resume.md)
+    why = None if step == RELEASE else ck.problem_of(path, int(step), verify=True)
     if why is not None or not is_complete(path, step):
         raise FileNotFoundError(f"{iter_dir(path, step)} is not a complete checkpoint: {why or 'no model.pt/meta.json'}")
     d = iter_dir(path, step)

@@ -24,6 +24,8 @@ from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
 
 from .failures import EXIT_FAILURE_RATE
 
+EXIT_LOAD_FAILED = 1  # a checkpoint that would not load: a failure of this launch, recorded for the next
+
 
 def _say(msg: str) -> None:
     print(f"[tiny] {msg}", file=sys.stderr, flush=True)
@@ -53,6 +55,29 @@ def _load_weights(model, path: str, step, flag: str) -> None:
     model.load_state_dict(st.model)
 
 
+class LoadFailed(Exception):
+    """A published, verified checkpoint the trainer could not load (recorded for the next plan)."""
+
+
+def _load_failed(save_dir: str, step, error: BaseException) -> LoadFailed:
+    """Record the failure next to the checkpoints (trainstack/checkpoints.py `record_load_failure`): the
+    launcher sets that checkpoint aside and resumes from the previous intact one, once."""
+    from trainstack import checkpoints as ck
+
+    it = step if step is not None else ck.read_tracker(save_dir)
+    why = f"{type(error).__name__}: {error}"
+    if isinstance(it, int) or (isinstance(it, str) and it.isdigit()):
+        try:
+            ck.record_load_failure(save_dir, int(it), why)
+        except OSError:
+            pass
+        from trainstack.rundir.layout import LOAD_FAILURES
+
+        return LoadFailed(f"cannot load checkpoint iter_{int(it):07d} from {save_dir}: {why}; recorded in "
+                          f"{LOAD_FAILURES}: the launcher sets it aside and resumes from the previous intact one (once)")
+    return LoadFailed(f"cannot load the checkpoint in {save_dir}: {why}")
+
+
 def build_policy(args, train_iters: int) -> Policy:
 
     from .checkpoint import load_checkpoint, restore_rng
@@ -73,16 +98,21 @@ def build_policy(args, train_iters: int) -> Policy:
         except FileNotFoundError as e:
             raise ConfigErrors([ConfigError("--load", f"cannot resume: {e}", value=args.load, source="command line",
                                             fix="point --ckpt-step at a complete iter_* (one the tracker has named)")]) from None
+        except Exception as e:  # noqa: BLE001 - verified, published, and still unloadable: say so, never loop on it
+            raise _load_failed(args.load, step, e) from None
         if st.meta.get("arch") != cfg.arch():
             raise ConfigErrors([ConfigError("--load", "checkpoint architecture differs from the model flags",
                                             value=args.load, related={"checkpoint": st.meta.get("arch")})])
-        model.load_state_dict(st.model)
-        if st.optimizer is not None:
-            optimizer.load_state_dict(st.optimizer)
-        if st.scheduler is not None:
-            scheduler.load_state_dict(st.scheduler)
-        if st.rng is not None:
-            restore_rng(st.rng)
+        try:
+            model.load_state_dict(st.model)
+            if st.optimizer is not None:
+                optimizer.load_state_dict(st.optimizer)
+            if st.scheduler is not None:
+                scheduler.load_state_dict(st.scheduler)
+            if st.rng is not None:
+                restore_rng(st.rng)
+        except Exception as e:  # noqa: BLE001 - a state that does not fit what it was saved from
+            raise _load_failed(args.load, loaded, e) from None
         start = int(loaded) + 1
         _say(f"resumed from {args.load} iter {int(loaded):07d}")
     elif args.load:  # no tracker: initial weights from --ref-load (slime's load := ref_load)
@@ -347,14 +377,28 @@ def main(argv: list[str] | None = None) -> int:
 
     from .validate import main_parse
 
+    parsed = None
     try:
         parsed = main_parse(argv)
         return run(parsed.args, parsed.ignored)
     except ConfigErrors as e:
         report_and_exit(e)
+    except (OSError, RuntimeError) as e:  # a full disk, a read-only volume: one message, exit 5 (docs/resume.md)
+        from trainstack import storage
+
+        save = getattr(getattr(parsed, "args", None), "save", None)
+        where = os.path.dirname(os.path.abspath(save)) if save else os.getcwd()
+        if not storage.hits(e, where):
+            raise
+        problem, fix = storage.message(e, where)
+        _say(f"the run's storage failed: {problem}\n  fix   : {fix}")
+        return storage.EXIT_STORAGE
     except Fenced as e:
         _say(f"stopping without publishing a checkpoint: {e}")
         return EXIT_FENCED
+    except LoadFailed as e:
+        _say(str(e))
+        return EXIT_LOAD_FAILED
 
 
 if __name__ == "__main__":
