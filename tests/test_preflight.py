@@ -21,7 +21,8 @@ from trainstack.pipeline import build_from_overrides
 from trainstack.preflight import preflight
 from trainstack.upstream.select import table_label
 
-QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true", "slime.root=slime"]  # this machine: ./slime
+QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true", "slime.root=slime",  # this machine: ./slime
+        "cluster.ray_job.start_head=true"]  # and a Ray head the launch starts (none answers at 127.0.0.1 here)
 
 
 def checks(overrides: list[str], where: Path, launching: bool = False):
@@ -77,6 +78,19 @@ def test_a_remote_launcher_defers_the_host_checks(tmp_path):
     assert errors == [] and not report.runs_here and report.deferred
     _, errors = checks([*QWEN, "cluster.ray_job.address=http://localhost:8265"], tmp_path)
     assert "slime.root" in keys(errors)
+
+
+def test_a_local_ray_address_nobody_answers_is_refused_as_the_launch_refuses_it(tmp_path):
+    """ray_job at a loopback address with no cluster there and no head to start: the launch refuses it
+    (RayJobLauncher.execute), so the dry run does too; a remote address is the launch's to reach."""
+    fake_gpu_host(tmp_path, QWEN)
+    _, errors = checks([*QWEN, "cluster.ray_job.start_head=false", "cluster.ray_job.address=http://127.0.0.1:9"],
+                       tmp_path)
+    assert keys(errors) == ["cluster.ray_job.address"] and "no Ray cluster answers at" in errors[0].problem
+    assert "cluster.ray_job.start_head=true" in errors[0].fix
+    report, errors = checks([*QWEN, "cluster.ray_job.start_head=false", "cluster.ray_job.address=http://10.1.2.3:9"],
+                            tmp_path)
+    assert errors == [] and not report.runs_here
 
 
 def test_dry_run_lists_deferred_checks(tmp_path):

@@ -15,12 +15,11 @@ from trainstack.schema import to_typed
 
 def _classes() -> dict[str, type]:
     from trainstack.commander.provider import PodRequest
-    from trainstack.launch.base import SweepSettings
     from trainstack.launch.lium_commander import LiumSettings
     from trainstack.launch.ray_job import RayJobSettings
     from trainstack.launch.slurm import SlurmSettings
 
-    return {c.__name__: c for c in (PodRequest, LiumSettings, SlurmSettings, RayJobSettings, SweepSettings)}
+    return {c.__name__: c for c in (PodRequest, LiumSettings, SlurmSettings, RayJobSettings)}
 
 
 def test_every_domain_names_a_real_field_and_every_launcher_is_covered():

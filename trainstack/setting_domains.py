@@ -146,7 +146,6 @@ DOMAINS: dict[str, dict[str, Domain]] = {
                       "mem_per_gpu": SLURM_MEM, "mem_per_cpu": SLURM_MEM, "metric": NONEMPTY, "gres": NONEMPTY,
                       "constraint": NONEMPTY},
     "RayJobSettings": {"address": URL},
-    "SweepSettings": {"metric": NONEMPTY},
 }
 
 

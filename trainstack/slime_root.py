@@ -25,8 +25,9 @@ def checkout_submodule() -> Path | None:
     return project / "slime" if (project / ".gitmodules").is_file() else None
 
 
-def resolve(root: str | None, cwd: str | Path) -> str:
+def resolve(root: object, cwd: str | Path) -> str:
     """The absolute slime checkout for `slime.root` (None: unset), by the rule in the module doc."""
+    root = None if root is None else str(root)  # as composed: a YAML number is refused later, by the schema
     given = root or os.environ.get(ENV) or os.environ.get(ALT_ENV)
     if given:
         return _absolute(given, cwd)

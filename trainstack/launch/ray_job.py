@@ -278,7 +278,9 @@ class RayJobLauncher(Launcher):
         (`execute`), so the dry run asks the address too (once per address and process)."""
         settings = dict(cluster.settings or {})
         address = str(settings.get("address") or DEFAULT_ADDRESS)
-        if settings.get("start_head") or _answers_cached(address):
+        # a loopback address answers (or refuses) at once; a remote one is asked by the launch, where it is
+        # reached (the dry run lists it among the checks left to the launch, not a wait for a timeout here)
+        if settings.get("start_head") or not cls.runs_here(settings) or _answers_cached(address):
             return []
         return [no_cluster_error(address)]
 
