@@ -103,7 +103,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/tiny_trainer.md (/tmp/ paths are taken in the scratch directory)
     "python -m trainstack.tiny.arithmetic --out /tmp/arith": (0, "train: "),
     "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "
-    "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "103296 parameters"),
+    "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "133760 parameters"),
 }
 # Commands that need nothing an earlier command made, and make nothing a later one reads: under pytest-xdist
 # they run on whichever worker is free (in that worker's copy of the walk directory), the others one after

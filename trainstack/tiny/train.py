@@ -193,17 +193,12 @@ def save_rollout_data(template: str, rollout_id: int, samples) -> None:
 
 
 def save_hf(template: str, pol: Policy, rollout_id: int) -> None:
-    """--save-hf: the weights as a Hugging Face-style directory (pytorch_model.bin, then config.json last,
-    so a directory with a config.json is complete)."""
-    import json
+    """--save-hf: the weights as a Hugging Face model directory (hf_model.py: Qwen3ForCausalLM's files, the
+    tokenizer, config.json last, so a directory with a config.json is complete)."""
+    from . import hf_model
 
-    from .checkpoint import atomic_torch_save, atomic_write_bytes
-
-    out = template.format(rollout_id=rollout_id)
-    atomic_torch_save(pol.model.state_dict(), os.path.join(out, "pytorch_model.bin"))
-    config = {"model_type": "trainstack-tiny", "architectures": ["TinyCausalLM"], "rollout_id": rollout_id,
-              **pol.model.config.arch()}
-    atomic_write_bytes(json.dumps(config, indent=1, sort_keys=True).encode(), os.path.join(out, "config.json"))
+    hf_model.write(template.format(rollout_id=rollout_id), pol.model,
+                   extra_config={"trainstack": {"rollout_id": rollout_id}})
 
 
 def save(args, pol: Policy, rollouts, rollout_id: int) -> None:
@@ -212,10 +207,11 @@ def save(args, pol: Policy, rollouts, rollout_id: int) -> None:
     from trainstack.fence import Fence
 
     from .checkpoint import TrainState, capture_rng, save_checkpoint, torch_bytes
+    from .model import FORMAT
 
     if args.save_hf:  # before the checkpoint: a tracker naming this rollout means its export is complete too
         save_hf(args.save_hf, pol, rollout_id)
-    meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": "trainstack-tiny/1"}
+    meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": FORMAT}
     state = TrainState(model=pol.model.state_dict(),
                        optimizer=None if args.no_save_optim else pol.optimizer.state_dict(),
                        scheduler=pol.scheduler.state_dict(), rng=capture_rng(), meta=meta)
