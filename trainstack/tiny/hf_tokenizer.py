@@ -10,7 +10,7 @@ and ``<unk>`` for characters outside the alphabet, and, as plain (non-special) a
 they survive ``skip_special_tokens``, the tags of Qwen3's template (``<think>``,
 ``<tool_call>``, ``<tool_response>``) and of slime's agentic examples (search-r1: ``<search>``,
 ``<information>``, ``<answer>``; retool: ``<code>``, ``<interpreter>``), each with its closing
-tag. The result ships as ``trainstack/tiny/tokenizer.json`` (``python -m
+tag. The result ships as ``trainstack/data/tiny_tokenizer.json`` (``python -m
 trainstack.tiny.hf_tokenizer --retrain`` rewrites it; a test checks it equals a fresh training).
 
 Generate functions written for slime load "the model's tokenizer and chat template" from

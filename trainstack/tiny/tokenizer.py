@@ -1,6 +1,6 @@
 """The tiny model's tokenizer at run time: the shipped ``tokenizer.json`` through ``tokenizers``.
 
-The file is a byte-pair-encoding ``tokenizers`` model trained on the tiny tasks' own text
+``trainstack/data/tiny_tokenizer.json`` is a byte-pair-encoding ``tokenizers`` model trained on the tiny tasks' own text
 (``hf_tokenizer.train``: digits split one per token, as Qwen's pre-tokenizer does), with the
 chat template's and slime examples' tags as added tokens (``<|im_start|>``, ``<think>``,
 ``<search>``, ``<code>``...). It is trained once and shipped, not retrained per run: a
@@ -19,7 +19,7 @@ from typing import Any
 
 PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<unk>"
 IM_START = "<|im_start|>"
-SHIPPED = Path(__file__).with_name("tokenizer.json")
+SHIPPED = Path(__file__).parents[1] / "data" / "tiny_tokenizer.json"  # package data (pyproject: data/*.json)
 
 
 @functools.lru_cache(maxsize=None)
