@@ -1,10 +1,10 @@
-"""The tiny model's tokenizer at run time: the shipped ``tokenizer.json`` through ``tokenizers``.
+"""The tiny model's tokenizer at run time: the shipped tokenizer file through ``tokenizers``.
 
 ``trainstack/data/tiny_tokenizer.json`` is a byte-pair-encoding ``tokenizers`` model trained on the tiny tasks' own text
 (``hf_tokenizer.train``: digits split one per token, as Qwen's pre-tokenizer does), with the
 chat template's and slime examples' tags as added tokens (``<|im_start|>``, ``<think>``,
 ``<search>``, ``<code>``...). It is trained once and shipped, not retrained per run: a
-checkpoint's embedding rows are these ids (tests/tiny/test_tokenizer.py retrains it and
+checkpoint's embedding rows are these ids (tests/tiny/test_qwen3.py retrains it and
 compares). The vocabulary stays small on purpose: RL from random weights finds rewarded
 answers by chance only while digits are a good share of the output space.
 
