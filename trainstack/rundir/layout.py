@@ -22,6 +22,7 @@ EVENTS = "events.jsonl"
 STATUS = "status.json"
 STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
 METRICS = "metrics.jsonl"
+EVALS = "evals.jsonl"  # eval-only runs of this run's checkpoints (trainstack eval): their eval/* metrics per iteration
 LEASE = "lease.json"
 LEASE_EPOCHS = "lease.epochs"  # every lease epoch ever reserved, one per line: epochs never repeat
 SLURM = "slurm.json"  # the scheduler's record of a submitted run

@@ -84,7 +84,7 @@ def build_policy(args, train_iters: int) -> Policy:
         if st.rng is not None:
             restore_rng(st.rng)
         start = int(loaded) + 1
-        _say(f"resumed from {args.load} iter {int(loaded):07d}")
+        _say(f"{'loaded' if args.num_rollout == 0 else 'resumed from'} {args.load} iter {int(loaded):07d}")
     elif args.load:  # no tracker: initial weights from --ref-load (slime's load := ref_load)
         _load_weights(model, args.load, args.ckpt_step, "--ref-load")
         _say(f"initial weights from {args.load}")
@@ -247,8 +247,10 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
             args.num_rollout = args.num_epoch * per_epoch
     pol = holder["policy"] = build_policy(args, args.num_rollout * args.num_steps_per_rollout)
     start = pol.start_rollout_id
-    if args.num_rollout == 0 and start == 0 and args.eval_interval is not None:
-        _say("--num-rollout 0 with --eval-interval: eval-only run (as slime)")
+    eval_only = args.num_rollout == 0 and args.eval_interval is not None
+    if eval_only:  # slime's train.py: evaluate the loaded checkpoint once, train nothing, save nothing
+        _say("--num-rollout 0 with --eval-interval: eval-only run (as slime)"
+             + (f" of the checkpoint of rollout {start - 1}" if args.resume else ""))
     elif args.num_rollout <= start:
         bar = "!" * 78
         _say(f"\n{bar}\nnothing to train: checkpoint at rollout {start - 1} already covers --num-rollout "
@@ -264,9 +266,16 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
     eval_str = "-"
     stop = _StopRequest()
     try:
+        if eval_only and args.resume:
+            # slime evaluates with rollout_id 0, and its eval sampling seeds do not depend on it (rollout_seed + j);
+            # the tiny server seeds eval requests by rollout id, so the loaded checkpoint's own id is passed: the
+            # numbers are those of the training run's eval of that checkpoint, logged at its eval/step
+            ev = evaluate(args, rollouts, start - 1, metrics)
+            _say(f"eval of the checkpoint of rollout {start - 1}: {_eval_line(ev)}")
+            return 0
         if args.eval_interval is not None and start == 0 and (args.num_rollout == 0 or not args.skip_eval_before_train):
             first_ev = evaluate(args, rollouts, 0, metrics)
-            eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in first_ev.items() if "truncated" not in k)
+            eval_str = _eval_line(first_ev)
             _say(f"eval before training: {eval_str}")
         for rollout_id in range(start, args.num_rollout):
             t0 = time.perf_counter()
@@ -286,7 +295,7 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
             ev: dict | None = None  # slime train.py: eval after the weight update (here before the save)
             if _periodic(rollout_id, args.eval_interval, per_epoch):
                 ev = evaluate(args, rollouts, rollout_id, metrics)
-                eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
+                eval_str = _eval_line(ev)
             saved = ""  # saved last: everything logged for this rollout is covered by the checkpoint
             if args.save and _periodic(rollout_id, args.save_interval, per_epoch, args.num_rollout):
                 save(args, pol, rollouts, rollout_id)
@@ -309,6 +318,11 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
         stop.restore()
         metrics.close()
     return 0
+
+
+def _eval_line(ev: dict) -> str:
+    """`arithmetic=0.812`: each eval set's mean reward (not its per-set details, eval/<set>/...)."""
+    return " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "/" not in k[5:] and "truncated" not in k)
 
 
 class _StopRequest:
