@@ -29,6 +29,7 @@ SLURM = "slurm.json"  # the scheduler's record of a submitted run
 LIUM = "lium.json"  # a run registered with the Lium commander (its URL, the pod's run dir)
 # Directories.
 CHECKPOINTS = "checkpoints"
+EXPORTS = "exports"  # trainstack export's default output: exports/iter_NNNNNNN (a Hugging Face model dir)
 LOGS = "logs"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"

@@ -270,8 +270,8 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
             # slime evaluates with rollout_id 0, and its eval sampling seeds do not depend on it (rollout_seed + j);
             # the tiny server seeds eval requests by rollout id, so the loaded checkpoint's own id is passed: the
             # numbers are those of the training run's eval of that checkpoint, logged at its eval/step
-            ev = evaluate(args, rollouts, start - 1, metrics)
-            _say(f"eval of the checkpoint of rollout {start - 1}: {_eval_line(ev)}")
+            only = evaluate(args, rollouts, start - 1, metrics)
+            _say(f"eval of the checkpoint of rollout {start - 1}: {_eval_line(only)}")
             return 0
         if args.eval_interval is not None and start == 0 and (args.num_rollout == 0 or not args.skip_eval_before_train):
             first_ev = evaluate(args, rollouts, 0, metrics)
