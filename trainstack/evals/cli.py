@@ -34,7 +34,7 @@ def add_eval(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="the results as JSON on stdout")
     p.add_argument("--runs-root", default=default_runs_root(),
                    help=f"where run ids are looked up and eval runs go (default ${RUNS_ROOT_ENV}, else ./runs)")
-    p.set_defaults(func=cmd_eval)
+    p.set_defaults(func=cmd_eval, trailing_positionals="overrides")
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:
@@ -75,9 +75,12 @@ def cmd_eval(ns: argparse.Namespace) -> int:
         run.store(spec)
         t0 = time.monotonic()
         try:
+            import contextlib
+
             from trainstack.launch import registry
 
-            got = registry.get(spec.launcher).submit(spec)
+            with contextlib.redirect_stdout(sys.stderr):  # the trainer's console is a log; stdout is the table
+                got = registry.get(spec.launcher).submit(spec)
         except ConfigErrors as err:
             report_and_exit(err, command="eval")
         except RuntimeFailure as ex:

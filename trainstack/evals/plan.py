@@ -220,6 +220,7 @@ def eval_spec(source: Any, iteration: int, overrides: dict[str, Any], runs_root:
     return dataclasses.replace(
         source, run_id=run_id, name=f"{source.name}-eval", run_dir=run_dir, launcher=launcher or source.launcher,
         command=command, args=new_args, arg_sources=sources, config=config,
+        resume=dataclasses.replace(source.resume, mode="auto"),  # an eval run never has checkpoints to require
         overrides=[*source.overrides, *(f"eval:{k}={v}" for k, v in overrides.items())],
         provenance=make_provenance(source.provenance.slime_commit, source.provenance.cwd),
         extra={EVAL_OF: of.to_json()}, hub=HubSpec())
