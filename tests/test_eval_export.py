@@ -1,4 +1,4 @@
-"""`trainstack eval` and `eval.every`: eval-only runs of checkpoints through slime's num_rollout=0 path.
+"""`trainstack eval`, `eval.every` and `trainstack export`: eval-only runs of checkpoints (slime's num_rollout=0 path) and exports.
 
 One tiny run (4 rollouts, a checkpoint and an eval every 2) with background evaluation is trained once for
 the module; the tests read what it left and run `trainstack eval` on it.
@@ -152,3 +152,124 @@ def test_eval_spec_keeps_the_stored_argv_and_changes_only_the_eval_only_dests(tm
                                                                "overrides": {"eval_temperature": 0.5},
                                                                "tag": spec.run_id.rsplit("-", 1)[1]}
     assert dataclasses.asdict(spec.resume) == dataclasses.asdict(source.resume)
+
+
+# --- trainstack export ---------------------------------------------------------------------------
+PROMPTS = ("23+4=", "3+4=7+2=", "51+3=")
+
+
+def _trainer_model(run_dir: Path, iteration: int):
+    """The model the trainer trained, as its checkpoint holds it (the trainer's own loader)."""
+    from trainstack.tiny.checkpoint import load_checkpoint
+    from trainstack.tiny.model import ModelConfig, TinyQwen3
+
+    _, state = load_checkpoint(str(run_dir / "checkpoints"), iteration, load_optim=False, load_rng=False)
+    model = TinyQwen3(ModelConfig(**state.meta["arch"]))
+    model.load_state_dict(state.model)
+    return model.eval()
+
+
+def _round_trip(export_dir: Path, model) -> None:
+    """The export generates the tokens the trainer generates: greedy generate() == the trainer's greedy
+    decoding, and the trainer's sampler on the loaded model's logits draws the trainer's samples."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trainstack.tiny.generate import sample
+    from trainstack.tiny.tokenizer import TinyTokenizer
+
+    tok = TinyTokenizer()
+    auto = AutoModelForCausalLM.from_pretrained(str(export_dir), attn_implementation="eager").eval()
+    auto_tok = AutoTokenizer.from_pretrained(str(export_dir))
+    prompts = [auto_tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+    assert prompts == [tok.encode(p) for p in PROMPTS]
+    for p, g in zip(prompts, sample(model, prompts, max_new_tokens=4, temperature=0.0)):
+        assert auto.generate(torch.tensor([p]), max_new_tokens=4, do_sample=False)[0, len(p):].tolist() == g.output_ids
+
+    class Loaded(torch.nn.Module):
+        config = model.config
+
+        def forward(self, ids):
+            return auto(input_ids=ids).logits
+
+    mine, theirs = (sample(m, prompts, max_new_tokens=4, temperature=1.0, seed="export") for m in (model, Loaded()))
+    assert [(r.output_ids, r.logprobs) for r in mine] == [(r.output_ids, r.logprobs) for r in theirs]
+
+
+@pytest.mark.slow
+def test_a_cpu_export_round_trips_and_records_where_it_came_from(trained):
+    res = trainstack("export", "src", "--to", "hf-out", "--json", cwd=trained)
+    assert res.returncode == 0, res.stderr[-3000:]
+    record = json.loads(res.stdout)
+    spec = json.loads((trained / "runs" / "src" / "spec.json").read_text())
+    assert (record["source_run"], record["iteration"]) == ("src", 3)
+    assert record["slime_commit"] == spec["provenance"]["slime_commit"] and len(record["slime_commit"]) == 40
+    config = json.loads((trained / "hf-out" / "config.json").read_text())
+    assert config["model_type"] == "qwen3" and config["trainstack"] == {
+        "source_run": "src", "iteration": 3, "slime_commit": record["slime_commit"]}
+    _round_trip(trained / "hf-out", _trainer_model(trained / "runs" / "src", 3))
+    again = trainstack("export", "src", "--to", "hf-out", cwd=trained)
+    assert again.returncode == 2 and "exists and is not empty" in again.stderr
+
+
+@pytest.mark.slow
+def test_an_export_pushed_to_the_hub_loads_from_there(trained, fake_hub, tmp_path):
+    import os
+
+    from huggingface_hub import snapshot_download
+
+    res = subprocess.run([sys.executable, "-m", "trainstack", "export", "src", "--iter", "1", "--hub", "alice/tiny-src",
+                          "--json"], cwd=trained, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    record = json.loads(res.stdout)
+    assert record["hub"]["repo"] == "alice/tiny-src" and record["iteration"] == 1
+    got = Path(snapshot_download("alice/tiny-src", endpoint=fake_hub.url, token=os.environ["HF_TOKEN"],
+                                 local_dir=str(tmp_path / "pulled")))
+    assert json.loads((got / "trainstack_export.json").read_text())["source_run"] == "src"
+    _round_trip(got, _trainer_model(trained / "runs" / "src", 1))
+
+
+def _converter_parser():
+    """slime's own argparse of tools/convert_torch_dist_to_hf.py: the parser statements of its __main__ block,
+    executed from its source (the module itself imports torch, Megatron and transformers)."""
+    import argparse
+    import ast
+
+    source = (ROOT / "slime" / "tools" / "convert_torch_dist_to_hf.py").read_text()
+    main = next(n for n in ast.parse(source).body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
+    wanted = [s for s in main.body if "parser" in ast.unparse(s) and "parse_args" not in ast.unparse(s)]
+    scope: dict = {"argparse": argparse}
+    exec(compile(ast.Module(body=wanted, type_ignores=[]), "convert_torch_dist_to_hf.py", "exec"), scope)
+    parser = scope["parser"]
+    assert len(parser._actions) >= 8  # --help and the converter's own seven
+    return parser
+
+
+@given(iteration=st.integers(0, 10**6), vocab=st.one_of(st.none(), st.integers(1, 300000)),
+       exists=st.booleans(), name=st.text("abcxyz-_0123", min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_the_slime_export_argv_parses_with_the_converters_own_parser(iteration, vocab, exists, name):
+    """A GPU run's export is slime's converter: its argv, for any checkpoint and output, parses with the converter's
+    own argparse (strict: an unknown flag fails) to exactly the checkpoint, output, origin and vocab intended."""
+    from types import SimpleNamespace
+
+    from trainstack.export.plan import Export, converter_argv
+
+    spec = SimpleNamespace(run_id="r", command={"cwd": "/opt/slime"}, args={"hf_checkpoint": f"/models/{name}"})
+    out = Path(f"/tmp/exports/{name}")
+    ex = Export(spec, iteration, f"/runs/{name}/checkpoints", out)
+    argv = converter_argv(ex, vocab) if not exists else _with_existing(ex, vocab)
+    assert argv[:2] == ["python3", "/opt/slime/tools/convert_torch_dist_to_hf.py"]
+    got = _converter_parser().parse_args(argv[2:])
+    assert got.input_dir == f"/runs/{name}/checkpoints/iter_{iteration:07d}" and got.output_dir == str(out)
+    assert got.origin_hf_dir == f"/models/{name}" and got.vocab_size == vocab and got.force == exists
+
+
+def _with_existing(ex, vocab):
+    from unittest import mock
+
+    from trainstack.export.plan import converter_argv
+
+    with mock.patch.object(Path, "exists", lambda self: True):
+        return converter_argv(ex, vocab)
