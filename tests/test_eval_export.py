@@ -90,6 +90,7 @@ def test_cli_eval_is_resumable_tags_overrides_and_never_writes_into_the_source(t
     (["src", "--iter", "2"], "--iter", "no complete checkpoint at rollout 2"),
     (["src-eval-1"], "RUN", "is an eval run"),
     (["nope"], "nope", "not a sweep directory"),
+    (["src", "args.lr"], "args.lr", "not a sweep directory"),  # a KEY without =VALUE is not a run either
 ])
 def test_bad_eval_requests_are_one_message_and_write_nothing(trained, argv, key, words):
     before = sorted(p.name for p in (trained / "runs").iterdir())

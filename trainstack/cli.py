@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = [a for a in argv if a not in slime_flags] + (["--", *slime_flags] if slime_flags else [])
     ns, extra = parser.parse_known_args(argv)
     if extra:  # positionals after options (`eval RUN --iter 3 KEY=VALUE`) go to a command that takes them
-        into = getattr(ns, "trailing_positionals", None)
+        into = str(getattr(ns, "trailing_positionals", "") or "")
         if not into or any(a.startswith("-") for a in extra):
             parser.parse_args(argv)  # argparse's own error, exit 2
         setattr(ns, into, [*getattr(ns, into), *extra])
