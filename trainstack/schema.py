@@ -248,8 +248,9 @@ class EvalSpec:
         if self.every is not None and self.every < 1:
             out.append(("every", self.every, "must be at least 1 or null", "eval.every=50 evaluates every 50th rollout's "
                         "checkpoint; eval.every=null turns background evaluation off"))
-        if self.wait_s < 0:
-            out.append(("wait_s", self.wait_s, "must be >= 0", "eval.wait_s=0 does not wait"))
+        if not 0 <= self.wait_s <= ResumeSpec.MAX_S:
+            out.append(("wait_s", self.wait_s, f"must be 0..{ResumeSpec.MAX_S:g} seconds",
+                        "eval.wait_s=600 waits up to 10 minutes; 0 does not wait"))
         return out
 
 
