@@ -64,8 +64,8 @@ def add(raw: dict[str, dict[float, float]], rec: dict) -> None:
             raw.setdefault(str(k), {})[float(step)] = float(v)
 
 
-def read(run_dir: Path) -> Series:
-    path = run_dir / METRICS
+def read(run_dir: Path, name: str = METRICS) -> Series:
+    path = run_dir / name
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -79,14 +79,7 @@ def read(run_dir: Path) -> Series:
 def read_evals(run_dir: Path) -> Series:
     """``evals.jsonl``: what eval-only runs of this run's checkpoints measured (trainstack eval), records shaped
     like metrics.jsonl's (``eval/step`` = the checkpoint's rollout id)."""
-    try:
-        text = (run_dir / EVALS).read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return {}
-    raw: dict[str, dict[float, float]] = {}
-    for rec in records(text):
-        add(raw, rec)
-    return finish(raw)
+    return read(run_dir, EVALS)
 
 
 def tail(path: Path, size: int = TAIL_BYTES) -> tuple[list[str], bool]:
