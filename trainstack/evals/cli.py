@@ -83,14 +83,16 @@ def cmd_eval(ns: argparse.Namespace) -> int:
 
             from trainstack.launch import registry
 
+            launcher = registry.get(spec.launcher)
             with contextlib.redirect_stdout(sys.stderr):  # the trainer's console is a log; stdout is the table
-                got = registry.get(spec.launcher).submit(spec)
+                got = launcher.submit(spec)
         except ConfigErrors as err:
             report_and_exit(err, command="eval")
         except RuntimeFailure as ex:
             report_failure_and_exit(ex)
         code = code or got
-        rows.append(_row(spec, of.iteration, "finished" if got == 0 else f"exit code {got}", time.monotonic() - t0))
+        state = ("finished" if launcher.waits else f"submitted ({launcher.name})") if got == 0 else f"exit code {got}"
+        rows.append(_row(spec, of.iteration, state, time.monotonic() - t0))
     _print(rows, ns.json)
     return code
 
