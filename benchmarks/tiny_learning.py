@@ -58,11 +58,11 @@ def eval_exact(ckpt: Path, eval_file: Path, argv: list[str], n: int = 4) -> dict
     from trainstack.tiny.validate import main_parse
     from trainstack.tiny.generate import sample
     from trainstack.tiny.model import ModelConfig, build_model, setup_determinism
-    from trainstack.tiny.tokenizer import CharTokenizer
+    from trainstack.tiny.tokenizer import TinyTokenizer
 
     setup_determinism(1)
     args = main_parse(argv).args
-    tok = CharTokenizer()
+    tok = TinyTokenizer()
     model = build_model(ModelConfig.from_args(args, tok.vocab_size), args.seed)
     _, st = load_checkpoint(str(ckpt), None, load_optim=False, load_rng=False)
     model.load_state_dict(st.model)

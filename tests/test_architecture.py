@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT, run_py
 
 PKG = ROOT / "trainstack"
-FEATURES = ("trainstack.hub", "trainstack.http_env", "trainstack.tiny", "trainstack.inputs", "trainstack.script_import")
+FEATURES = ("trainstack.hub", "trainstack.http_env", "trainstack.tiny", "trainstack.inputs", "trainstack.script_import",
+            "trainstack.evals", "trainstack.export")
 # The core: every top-level module of the package and the run dir's (the launchers too: a launcher
 # is a plugin of the core and knows no feature either).
 CORE = sorted([*PKG.glob("*.py"), *(PKG / "rundir").glob("*.py"), *(PKG / "launch").glob("*.py")])
@@ -282,7 +283,7 @@ def test_an_install_older_than_the_group_reads_the_checkouts_pyproject(tmp_path,
     found, ours = features._scan([str(tmp_path)])
     assert found == {} and ours is False
     monkeypatch.setattr(features, "_scan", lambda paths: ({}, False))
-    assert set(features.declared()) == {"upstream", "hub", "http_env", "tiny", "inputs", "script_import"}
+    assert set(features.declared()) == {"upstream", "hub", "http_env", "tiny", "inputs", "script_import", "evals", "export"}
 
 
 def test_a_dry_run_sweep_builds_and_preflights_each_point_once(tmp_path, recorder):

@@ -138,7 +138,19 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/tiny_trainer.md (/tmp/ paths are taken in the scratch directory)
     "python -m trainstack.tiny.arithmetic --out /tmp/arith": (0, "train: "),
     "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "
-    "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "103296 parameters"),
+    "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "133760 parameters"),
+    # docs/eval.md (its runs sit beside the README's; the lr-sweep is the README's)
+    "python run.py run_id=evals-demo env.num_rollout=20 args.save_interval=10 eval.every=10":
+        (0, lambda out, cwd: len((cwd / "runs" / "evals-demo" / "evals.jsonl").read_text().splitlines()) == 2),
+    "trainstack eval evals-demo --all": (0, "done earlier"),
+    "trainstack eval evals-demo --iter 19 args.n_samples_per_eval_prompt=8 args.eval_temperature=0.5": (0, "finished ("),
+    "trainstack eval multirun/lr-sweep": (0, "eval: 2 checkpoint(s)"),
+    "trainstack compare multirun/lr-sweep evals-demo --metric eval/arithmetic --plot evals.png":
+        (0, lambda out, cwd: (cwd / "evals.png").is_file() and "3 runs (multirun/lr-sweep, evals-demo" in out),
+    "trainstack export evals-demo --to evals-demo-hf": (0, "exported evals-demo iter 19"),
+    "python -c \"from transformers import AutoModelForCausalLM as M, AutoTokenizer as T; m, t = "
+    "M.from_pretrained('evals-demo-hf'), T.from_pretrained('evals-demo-hf'); print(t.decode(m.generate(t('23+4=', "
+    "return_tensors='pt').input_ids, max_new_tokens=2, do_sample=False)[0]))\"": (0, "23+4="),
 }
 
 

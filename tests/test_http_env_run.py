@@ -115,17 +115,20 @@ def test_the_tiny_thinking_template_rewrites_history_as_qwen3_does(tmp_path):
 
     tok = AutoTokenizer.from_pretrained(str(hf_tokenizer.write(tmp_path / "tk", "thinking")))
     first = tok.apply_chat_template([{"role": "user", "content": "3+4"}], tokenize=False, add_generation_prompt=True)
-    again = tok.apply_chat_template([{"role": "user", "content": "3+4"}, {"role": "assistant", "content": "5*7"},
+    again = tok.apply_chat_template([{"role": "user", "content": "3+4"},
+                                     {"role": "assistant", "content": "<think>5</think>7"},
                                      {"role": "user", "content": "+2"}], tokenize=False, add_generation_prompt=True)
-    assert first == "3+4=**" and again == "3+4=7+2=**"
-    assert not again.startswith(first + "5*7")  # the model's own turn is not a prefix of the re-render
+    assert first == "3+4=<think></think>" and again == "3+4=7+2=<think></think>"
+    assert not again.startswith(first + "5</think>7")  # the model's own turn is not a prefix of the re-render
+    assert tok.encode("<think></think>", add_special_tokens=False) == [tok.convert_tokens_to_ids("<think>"),
+                                                                     tok.convert_tokens_to_ids("</think>")]
 
 
 @pytest.mark.slow
 def test_cpu_agentic_trains_through_a_qwen3_style_thinking_template(in_tmp):
     """Issue #20: with Qwen3's template every multi-turn sample was `failed` (reward 0, nothing trained). With
     the tiny model's Qwen3-style thinking template, no sample fails and each episode's tokens carry the think
-    blocks the template put there (13 tokens: "3+4=**7+2=**9" instead of 9)."""
+    blocks the template put there (13 tokens: "3+4=<think></think>7+2=<think></think>9" instead of 9)."""
     res = run_py("experiment=cpu-agentic", "model.hf_checkpoint=${paths.data_root}/chain_sum/tokenizer-thinking",
                  "env.num_rollout=3", "args.eval_interval=null", "run_id=thinking", cwd=in_tmp, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -108,10 +108,10 @@ def test_no_tokenizer_is_an_error_never_a_fallback(tmp_path, bpe_dir):
         run_generate(args, Sample(prompt="x"))
 
 
-def test_the_tiny_tokenizer_files_match_the_character_vocabulary(tmp_path):
+def test_the_tiny_tokenizer_files_match_the_shipped_vocabulary(tmp_path):
     from trainstack_plugins.http_env.chat import ChatTokenizer
     from trainstack.tiny import hf_tokenizer
-    from trainstack.tiny.tokenizer import CharTokenizer
+    from trainstack.tiny.tokenizer import EOS, TinyTokenizer
 
     d = hf_tokenizer.write(tmp_path)
     assert hf_tokenizer.matches(d) is None
@@ -119,6 +119,7 @@ def test_the_tiny_tokenizer_files_match_the_character_vocabulary(tmp_path):
     text = chat.render([{"role": "user", "content": "3+4"}, {"role": "assistant", "content": "7"},
                         {"role": "user", "content": "+2"}], add_generation_prompt=True)
     assert text == "3+4=7+2="
-    assert chat.encode(text + "<eos>") == CharTokenizer().encode(text) + [CharTokenizer().eos_token_id]
-    (d / "tokenizer.json").write_text((d / "tokenizer.json").read_text().replace('"9": 12', '"9": 13'))
+    assert chat.encode(text + EOS) == TinyTokenizer().encode(text) + [TinyTokenizer().eos_token_id]
+    nine = hf_tokenizer.vocab()["9"]
+    (d / "tokenizer.json").write_text((d / "tokenizer.json").read_text().replace(f'"9": {nine}', f'"9": {nine + 1}'))
     assert "vocabulary" in hf_tokenizer.matches(d)

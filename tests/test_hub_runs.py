@@ -152,6 +152,7 @@ def test_rollout_data_and_hf_exports_are_pushed_with_the_checkpoints(fake_hub, t
     import io
 
     import torch
+    from safetensors.torch import load as safetensors_load
 
     res = launch(tmp_path, "run_id=extras", "env.num_rollout=4", "args.save_interval=2", f"hub.repo_id={REPO}",
                  "hub.push_rollouts=true", f"args.save_hf='{tmp_path}/hf/iter_{{rollout_id}}'")  # Hydra: quote braces
@@ -163,10 +164,10 @@ def test_rollout_data_and_hf_exports_are_pushed_with_the_checkpoints(fake_hub, t
     assert dump["rollout_id"] == 2 and dump["samples"] and "reward" in dump["samples"][0]
     pushed = [e["iteration"] for e in events(rd) if e["event"] == "hub_push"]
     for i in pushed:  # each pushed save's HF export is there and is the checkpoint's weights
-        hf = torch.load(io.BytesIO(files[f"extras/hf/iter_{i:07d}/pytorch_model.bin"]), weights_only=True)
+        hf = safetensors_load(files[f"extras/hf/iter_{i:07d}/model.safetensors"])
         ck = weights(rd / "checkpoints" / f"iter_{i:07d}" / "model.pt")
-        assert all(torch.equal(hf[k], ck[k]) for k in ck)
-        assert json.loads(files[f"extras/hf/iter_{i:07d}/config.json"])["model_type"] == "trainstack-tiny"
+        assert all(torch.equal(hf[k], ck[k]) for k in hf) and set(ck) - set(hf) == {"lm_head.weight"}  # tied
+        assert json.loads(files[f"extras/hf/iter_{i:07d}/config.json"])["model_type"] == "qwen3"
     rec = json.loads(files["extras/latest.json"])
     assert rec["hf"]["path"] == "extras/hf/iter_0000003" and rec["hf"]["commit"]
 

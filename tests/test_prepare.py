@@ -88,8 +88,8 @@ def test_empty_roots_download_convert_train_then_nothing(hub_inputs, tmp_path):
     # the dataset was renamed into slime's keys; the model dir is the Hub's bytes
     data = [json.loads(ln) for ln in (tmp_path / "data" / "arith-qa" / "train.jsonl").read_text().splitlines()]
     assert data[0] == {"prompt": rows[0]["prompt"], "label": rows[0]["label"]}
-    assert (tmp_path / "models" / "tiny-char" / "pytorch_model.bin").read_bytes() == hub.files(MODEL)["pytorch_model.bin"]
-    assert downloads(hub, "pytorch_model.bin") == 1
+    assert (tmp_path / "models" / "tiny-char" / "model.safetensors").read_bytes() == hub.files(MODEL)["model.safetensors"]
+    assert downloads(hub, "model.safetensors") == 1
 
     # a second run (another run id: another seed) downloads and converts nothing
     n_requests = len(hub.requests)
@@ -99,7 +99,7 @@ def test_empty_roots_download_convert_train_then_nothing(hub_inputs, tmp_path):
     assert rd2 != rd
     rec2 = record(rd2)
     assert {i["state"] for i in rec2["items"]} == {"cached"}
-    assert downloads(hub, "pytorch_model.bin") == 1 and downloads(hub, "train.jsonl") == 1
+    assert downloads(hub, "model.safetensors") == 1 and downloads(hub, "train.jsonl") == 1
     assert not any("/resolve/" in r["path"] for r in hub.requests[n_requests:])  # only 'main' is re-resolved
     print(f"\nsecond run's prepare step: {rec2['seconds']:.3f} s")
     assert rec2["seconds"] <= 1.0
@@ -121,7 +121,7 @@ def test_two_runs_started_together_prepare_once(hub_inputs, tmp_path):
              for seed in (1, 2)]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    assert downloads(hub, "pytorch_model.bin") == 1 and downloads(hub, "train.jsonl") == 1
+    assert downloads(hub, "model.safetensors") == 1 and downloads(hub, "train.jsonl") == 1
     recs = [record(run_dir_of(o[1])) for o in outs]
     states = sorted(i["state"] for rec in recs for i in rec["items"])
     assert states.count("convert") == 1 and states.count("download") == 2  # model + dataset, once each
@@ -150,7 +150,7 @@ def test_killed_download_is_resumed_never_used(hub_inputs, tmp_path):
     hub.clear_faults()
     again = subprocess.run(_prepare_cmd(tmp_path), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert (link / "pytorch_model.bin").read_bytes() == hub.files(MODEL)["pytorch_model.bin"]
+    assert (link / "model.safetensors").read_bytes() == hub.files(MODEL)["model.safetensors"]
     assert (link / ".complete.json").exists()
 
 

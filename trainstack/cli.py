@@ -400,7 +400,12 @@ def _main(argv: list[str] | None = None) -> int:
         slime_flags = [a for i, a in enumerate(argv[1:], 1) if a.startswith("--") and a.split("=")[0] not in ours
                        and argv[i - 1] not in ("--search", "-s")]
         argv = [a for a in argv if a not in slime_flags] + (["--", *slime_flags] if slime_flags else [])
-    ns = parser.parse_args(argv)
+    ns, extra = parser.parse_known_args(argv)
+    if extra:  # positionals after options (`eval RUN --iter 3 KEY=VALUE`) go to a command that takes them
+        into = str(getattr(ns, "trailing_positionals", "") or "")
+        if not into or any(a.startswith("-") for a in extra):
+            parser.parse_args(argv)  # argparse's own error, exit 2
+        setattr(ns, into, [*getattr(ns, into), *extra])
     try:
         return ns.func(ns)
     except ConfigErrors as err:  # bad input or a corrupt run-dir file: one message, exit 2

@@ -27,6 +27,7 @@ from trainstack.upstream.renames import hint_for_dest
 from trainstack.upstream.select import activate_for_root
 from trainstack.schema import (
     DEST_NAMESPACES,
+    EvalSpec,
     HubSpec,
     ResumeSpec,
     TrackingSpec,
@@ -207,6 +208,7 @@ class ResolvedRun:
     resume: ResumeSpec = field(default_factory=ResumeSpec)
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     hub: HubSpec = field(default_factory=HubSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)  # background evaluation (the evals feature reads it)
     warnings: list[str] = field(default_factory=list)
     layer_of: dict[str, str] = field(default_factory=dict)  # dest -> model | algo | env | args
 
@@ -504,7 +506,7 @@ def resolve(cfg: Any, origin: Origin) -> ResolvedRun:
     return ResolvedRun(name=name, run_id=run_id, args=merged, provenance=provenance, cluster=cluster,
                        paths=paths, slime=slime, runtime_env=runtime_env, entrypoint=entrypoint, meta=meta,
                        origin=origin, config=tree, run_dir=run_dir, layer_of=layer_of,
-                       resume=typed["resume"], tracking=tracking, hub=hub)
+                       resume=typed["resume"], tracking=tracking, hub=hub, eval=typed["eval"])
 
 
 def plain_tree(cfg: Any) -> dict[str, Any]:

@@ -238,6 +238,27 @@ class HubSpec:
         return out
 
 
+@dataclass
+class EvalSpec:
+    """Background evaluation of a run's checkpoints as separate eval-only runs (docs/eval.md): training never
+    waits for them. The eval feature (trainstack/evals) reads these from the stored config."""
+
+    every: Optional[int] = None  # evaluate the checkpoint of every rollout count that is a multiple of this; null: off
+    overrides: list[str] = field(default_factory=list)  # eval settings of those runs, KEY=VALUE as `trainstack eval`
+    launcher: Optional[str] = None  # where they run: null = a local process beside the launcher, else a launcher
+    wait_s: float = 600.0  # after the trainer ends: how long the launcher waits for evals still running
+
+    def problems(self) -> list[tuple[str, Any, str, str]]:
+        out: list[tuple[str, Any, str, str]] = []
+        if self.every is not None and self.every < 1:
+            out.append(("every", self.every, "must be at least 1 or null", "eval.every=50 evaluates every 50th rollout's "
+                        "checkpoint; eval.every=null turns background evaluation off"))
+        if not 0 <= self.wait_s <= ResumeSpec.MAX_S:
+            out.append(("wait_s", self.wait_s, f"must be 0..{ResumeSpec.MAX_S:g} seconds",
+                        "eval.wait_s=600 waits up to 10 minutes; 0 does not wait"))
+        return out
+
+
 # Top-level keys of the primary config and what they hold.
 ROOT_SECTIONS: dict[str, Any] = {
     "cluster": ClusterSpec,
@@ -247,6 +268,7 @@ ROOT_SECTIONS: dict[str, Any] = {
     "resume": ResumeSpec,
     "tracking": TrackingSpec,
     "hub": HubSpec,
+    "eval": EvalSpec,
 }
 ROOT_SCALARS = {"name": Optional[str], "run_id": Optional[str], "dry_run": Union[bool, Literal["short"]],
                 "output": Optional[str],

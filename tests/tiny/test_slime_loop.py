@@ -236,16 +236,17 @@ def test_server_tokens_do_not_depend_on_batching():
 
     from trainstack.tiny.generate import Request, decode, derive_seed
     from trainstack.tiny.model import ModelConfig, build_model, setup_determinism
-    from trainstack.tiny.tokenizer import CharTokenizer
+    from trainstack.tiny.tokenizer import TinyTokenizer
 
     setup_determinism(1)
-    cfg = ModelConfig(vocab_size=18, num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=256,
-                      max_position_embeddings=32)
+    tok = TinyTokenizer()
+    cfg = ModelConfig(vocab_size=tok.vocab_size, num_layers=2, hidden_size=64, num_attention_heads=4,
+                      ffn_hidden_size=256, max_position_embeddings=32)
     model = build_model(cfg, 3)
-    tok = CharTokenizer()
 
     def req(i):
-        return Request(tok.encode(f"{10 + i}+3="), 4, 1.0, 1.0, -1, frozenset({1}), (), random.Random(derive_seed(i)))
+        return Request(tok.encode(f"{10 + i}+3="), 4, 1.0, 1.0, -1, frozenset({tok.eos_token_id}), (),
+                       random.Random(derive_seed(i)))
 
     alone = []
     for i in range(6):

@@ -170,8 +170,8 @@ from trainstack.tiny.sample import Sample
 
 async def generate(args, sample, sampling_params):
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
-    from trainstack.tiny.tokenizer import CharTokenizer
-    ids = list(sample.tokens) or CharTokenizer().encode(sample.prompt)
+    from trainstack.tiny.tokenizer import TinyTokenizer
+    ids = list(sample.tokens) or TinyTokenizer().encode(sample.prompt)
     body = {"input_ids": ids, "sampling_params": sampling_params, "return_logprob": True}
     def post():
         req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
@@ -189,7 +189,7 @@ async def generate(args, sample, sampling_params):
 async def reward(args, sample, **kwargs):
     assert sample.metadata.get("via") == "http"
     with open(os.environ["PLUGIN_LOG"], "a") as f:
-        f.write(sample.response + "\\n")
+        f.write(json.dumps(sample.response) + "\\n")  # a response may hold a newline token
     from trainstack.tiny.arithmetic import reward as r
     return await r(args, sample, **kwargs)
 '''
@@ -200,7 +200,9 @@ def test_custom_generate_over_http(tmp_path, data_dir):
     log, m = tmp_path / "calls.txt", tmp_path / "m.jsonl"
     argv = [a if a != "trainstack.tiny.arithmetic.reward" else "my_plugin.reward"
             for a in _argv(data_dir, None, num_rollout=2, rbs=4, n=4, gbs=8)]
-    argv += ["--custom-generate-function-path", "my_plugin.generate", "--use-rollout-logprobs"]
+    # an entropy bonus moves the policy on every step, rewarded samples or not (a random 36-token policy
+    # rarely answers two digits in 16 samples)
+    argv += ["--custom-generate-function-path", "my_plugin.generate", "--use-rollout-logprobs", "--entropy-coef", "0.1"]
     env = env_for(m, PLUGIN_LOG=log)
     env["PYTHONPATH"] = str(tmp_path) + os.pathsep + env["PYTHONPATH"]
     r = subprocess.run([sys.executable, "-m", "trainstack.tiny.train", *argv], cwd=tmp_path, env=env,

@@ -4,8 +4,8 @@
 
 slime converts with `tools/convert_hf_to_torch_dist.py ${MODEL_ARGS[@]} --hf-checkpoint H --save S`;
 the CPU path speaks the same argv so that `trainstack prepare` renders one command shape for both
-backends. HF_DIR holds the Hugging Face layout of the tiny model (config.json, pytorch_model.bin,
-tokenizer.json, tokenizer_config.json); OUT_DIR gets `release/` and a tracker reading `release`
+backends. HF_DIR holds the Hugging Face layout of the tiny model (a Qwen3 config.json,
+model.safetensors, the tokenizer: trainstack/tiny/hf_model.py); OUT_DIR gets `release/` and a tracker reading `release`
 (what `--ref-load` loads), exactly as `trainstack.tiny.init_model` writes them. The model flags must
 describe the weights in config.json (a mismatch is refused, exit 2, nothing written).
 
@@ -13,19 +13,15 @@ describe the weights in config.json (a mismatch is refused, exit 2, nothing writ
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import TYPE_CHECKING
 
 from trainstack.errors import ConfigError, ConfigErrors, report_and_exit
 
-CONFIG = "config.json"
-WEIGHTS = "pytorch_model.bin"
-
 if TYPE_CHECKING:
     from trainstack.tiny.model import ModelConfig
-MODEL_TYPE = "trainstack-tiny"
+MODEL_TYPE = "qwen3"
 
 
 def _config(args) -> "ModelConfig":
@@ -41,20 +37,13 @@ def _config(args) -> "ModelConfig":
 
 def export_hf(out: str, argv: list[str], seed: int = 1234) -> str:
     """Write the tiny model (initialised from `seed`) in the HF layout, with its tokenizer."""
-    import torch
-
+    from trainstack.tiny import hf_model
     from trainstack.tiny.cli import parse_argv
-    from trainstack.tiny.hf_tokenizer import write
     from trainstack.tiny.model import build_model, setup_determinism
 
     setup_determinism()
     cfg = _config(parse_argv(argv).args)
-    model = build_model(cfg, seed)
-    os.makedirs(out, exist_ok=True)
-    torch.save(model.state_dict(), os.path.join(out, WEIGHTS))
-    with open(os.path.join(out, CONFIG), "w", encoding="utf-8") as f:
-        json.dump({"model_type": MODEL_TYPE, **cfg.arch(), "seed": seed}, f, indent=1, sort_keys=True)
-    write(out)
+    hf_model.write(out, build_model(cfg, seed), extra_config={"trainstack": {"seed": seed}})
     return out
 
 
@@ -70,14 +59,17 @@ def main(argv: list[str] | None = None) -> int:
         if errs:
             raise ConfigErrors(errs)
         cfg = _config(a)
+        from trainstack.tiny import hf_model
+        from trainstack.tiny.model import ModelConfig
+
         try:
-            with open(os.path.join(a.hf_checkpoint, CONFIG), encoding="utf-8") as f:
-                hf = json.load(f)
-        except (OSError, ValueError) as ex:
-            raise ConfigErrors([ConfigError("--hf-checkpoint", f"no readable {CONFIG} ({ex})",
+            hf = hf_model.read_config(a.hf_checkpoint)
+            have = ModelConfig.from_hf_config(hf).arch() if hf.get("model_type") == MODEL_TYPE else {}
+        except (OSError, ValueError, KeyError, TypeError) as ex:
+            raise ConfigErrors([ConfigError("--hf-checkpoint", f"no readable Qwen3 {hf_model.CONFIG} ({ex})",
                                             "point it at the tiny model's HF directory", value=a.hf_checkpoint)]) from None
         arch = cfg.arch()
-        wrong = {k: (hf.get(k), v) for k, v in arch.items() if hf.get(k) != v}
+        wrong = {k: (have.get(k), v) for k, v in arch.items() if have.get(k) != v} if have else {}
         if hf.get("model_type") != MODEL_TYPE or wrong:
             raise ConfigErrors([ConfigError("--hf-checkpoint", "the weights are not the model the flags describe: "
                                             + ", ".join(f"{k} {a_} (weights) != {b} (flags)"
@@ -87,12 +79,11 @@ def main(argv: list[str] | None = None) -> int:
                                             value=a.hf_checkpoint)])
     except ConfigErrors as e:
         report_and_exit(e)
-    import torch
-
     from trainstack.tiny.checkpoint import RELEASE, TrainState, save_checkpoint
+    from trainstack.tiny.model import FORMAT
 
-    state = torch.load(os.path.join(a.hf_checkpoint, WEIGHTS), map_location="cpu", weights_only=True)
-    meta = {"rollout_id": RELEASE, "arch": arch, "seed": hf.get("seed"), "format": "trainstack-tiny/1",
+    _, state = hf_model.read(a.hf_checkpoint)
+    meta = {"rollout_id": RELEASE, "arch": arch, "seed": (hf.get("trainstack") or {}).get("seed"), "format": FORMAT,
             "converted_from": os.path.realpath(a.hf_checkpoint)}
     d = save_checkpoint(a.save, RELEASE, TrainState(state, None, None, None, meta))
     print(f"converted {a.hf_checkpoint} -> {d}")

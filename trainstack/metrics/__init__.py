@@ -67,9 +67,30 @@ def derive_wandb_id(run_id: str) -> str:
     return derive(run_id)
 
 
+def with_evals(series: Series, evals: Series) -> Series:
+    """The run's own metrics plus what eval-only runs of its checkpoints measured (evals.jsonl); at a step
+    both hold, the run's own value stays."""
+    out = dict(series)
+    for name, pts in evals.items():
+        own = dict(out.get(name, []))
+        out[name] = sorted({**dict(pts), **own}.items())
+    return out
+
+
 def read_local(run_dir: str | Path, source: str = "auto") -> RunMetrics:
-    """A run directory's metrics from one local source (or the first that has data)."""
+    """A run directory's metrics from one local source (or the first that has data), with its checkpoints'
+    eval-only results (evals.jsonl, `trainstack eval`)."""
+    from trainstack.metrics.jsonl import read_evals
+
     run_dir = Path(run_dir)
+    found = _read_local(run_dir, source)
+    evals = read_evals(run_dir)
+    if evals:
+        found.series = with_evals(found.series, evals)
+    return found
+
+
+def _read_local(run_dir: Path, source: str) -> RunMetrics:
     order = LOCAL_SOURCES if source == "auto" else (source,)
     for name in order:
         if name == "tensorboard":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.metrics import Series, finish
-from trainstack.rundir.layout import METRICS
+from trainstack.rundir.layout import EVALS, METRICS
 
 TAIL_BYTES = 64 * 1024  # a few dozen lines of a tiny run: its last rollouts, their train and eval steps
 
@@ -64,8 +64,8 @@ def add(raw: dict[str, dict[float, float]], rec: dict) -> None:
             raw.setdefault(str(k), {})[float(step)] = float(v)
 
 
-def read(run_dir: Path) -> Series:
-    path = run_dir / METRICS
+def read(run_dir: Path, name: str = METRICS) -> Series:
+    path = run_dir / name
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -74,6 +74,12 @@ def read(run_dir: Path) -> Series:
     for rec in records(text):
         add(raw, rec)
     return finish(raw)
+
+
+def read_evals(run_dir: Path) -> Series:
+    """``evals.jsonl``: what eval-only runs of this run's checkpoints measured (trainstack eval), records shaped
+    like metrics.jsonl's (``eval/step`` = the checkpoint's rollout id)."""
+    return read(run_dir, EVALS)
 
 
 def tail(path: Path, size: int = TAIL_BYTES) -> tuple[list[str], bool]:

@@ -22,6 +22,7 @@ EVENTS = "events.jsonl"
 STATUS = "status.json"
 STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
 METRICS = "metrics.jsonl"
+EVALS = "evals.jsonl"  # eval-only runs of this run's checkpoints (trainstack eval): their eval/* metrics per iteration
 LEASE = "lease.json"
 TRAINER_HEARTBEAT = "trainer_heartbeat.json"  # the guard's word that its trainer is not stopped: {pid, epoch, time}
 LEASE_EPOCHS = "lease.epochs"  # every lease epoch ever reserved, one per line: epochs never repeat
@@ -29,6 +30,7 @@ SLURM = "slurm.json"  # the scheduler's record of a submitted run
 LIUM = "lium.json"  # a run registered with the Lium commander (its URL, the pod's run dir)
 # Directories.
 CHECKPOINTS = "checkpoints"
+EXPORTS = "exports"  # trainstack export's default output: exports/iter_NNNNNNN (a Hugging Face model dir)
 LOGS = "logs"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"

@@ -24,6 +24,7 @@ SUPPORTED: frozenset[str] = frozenset(
     """
     num_layers hidden_size num_attention_heads ffn_hidden_size seq_length max_position_embeddings
     untie_embeddings_and_output_weights hidden_dropout attention_dropout
+    group_query_attention num_query_groups kv_channels rotary_base layernorm_epsilon
     prompt_data input_key label_key metadata_key rollout_shuffle seed num_rollout num_epoch
     rollout_batch_size n_samples_per_prompt global_batch_size num_steps_per_rollout
     rollout_max_response_len rollout_temperature rollout_top_p rollout_stop rollout_stop_token_ids
@@ -115,7 +116,7 @@ IGNORED_EXAMPLES = (
     "max tokens per GPU, micro batch size, offload, colocate, actor/rollout node and GPU counts, "
     "attention backend, fusion/precision switches (bf16, fp32 softmax, grad reduce in fp32), every "
     "--sglang-* and --router-* flag, rollout engine sizes, distributed timeouts, "
-    "architecture details beyond the four sizes (swiglu, rope, qk-layernorm, GQA, vocab size...)"
+    "architecture switches the Qwen3 model has fixed (swiglu, RMSNorm, qk-layernorm, no linear biases, vocab size...)"
 )
 
 

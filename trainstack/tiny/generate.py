@@ -110,11 +110,13 @@ def decode(model, reqs: list[Request], context_len: int, decode_text) -> None:
 
 
 def sample(model, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, top_p: float = 1.0,
-           seed: object = 0, stop_ids: frozenset[int] = frozenset({1})) -> list[Request]:
-    """Direct sampling without the server (benchmarks): request ``i`` draws from ``(seed, i)``."""
-    from .tokenizer import CharTokenizer
+           seed: object = 0, stop_ids: frozenset[int] | None = None) -> list[Request]:
+    """Direct sampling without the server (benchmarks): request ``i`` draws from ``(seed, i)``; stops at
+    the tokenizer's EOS unless ``stop_ids`` says otherwise."""
+    from .tokenizer import TinyTokenizer
 
-    tok = CharTokenizer()
+    tok = TinyTokenizer()
+    stop_ids = frozenset({tok.eos_token_id}) if stop_ids is None else stop_ids
     reqs = [Request(list(p), max_new_tokens, temperature, top_p, -1, stop_ids, (),
                     random.Random(derive_seed(seed, i))) for i, p in enumerate(prompts)]
     decode(model, reqs, model.config.max_position_embeddings, tok.decode)

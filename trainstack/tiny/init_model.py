@@ -31,13 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigErrors as e:
         report_and_exit(e)
     from .checkpoint import RELEASE, TrainState, save_checkpoint
-    from .model import ModelConfig, build_model, count_params, setup_determinism
+    from .model import FORMAT, ModelConfig, build_model, count_params, setup_determinism
     from .tokenizer import CharTokenizer
 
     setup_determinism()
     cfg = ModelConfig.from_args(a, CharTokenizer().vocab_size)
     model = build_model(cfg, a.seed)
-    meta = {"rollout_id": RELEASE, "arch": cfg.arch(), "seed": a.seed, "format": "trainstack-tiny/1"}
+    meta = {"rollout_id": RELEASE, "arch": cfg.arch(), "seed": a.seed, "format": FORMAT}
     d = save_checkpoint(a.save, RELEASE, TrainState(model.state_dict(), None, None, None, meta))
     print(f"wrote {d} ({count_params(cfg)} parameters, seed {a.seed})")
     return 0

@@ -233,6 +233,13 @@ def _number(v) -> bool:
 
 
 def _tokenizer_cache() -> str:
-    """Where the tiny tokenizer's HF files go when the run names no --hf-checkpoint (written once)."""
+    """Where the tiny tokenizer's HF files go when the run names no --hf-checkpoint (written once). The name
+    carries a hash of the vocabulary: trainstack versions with other vocabularies on one machine would
+    otherwise rewrite one directory under each other's running trainers."""
+    import hashlib
+
+    from .hf_tokenizer import tokenizer_json
+
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "trainstack", "tiny-tokenizer")
+    digest = hashlib.sha256(tokenizer_json().encode()).hexdigest()[:12]
+    return os.path.join(base, "trainstack", f"tiny-tokenizer-{digest}")

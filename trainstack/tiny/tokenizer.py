@@ -1,56 +1,73 @@
-"""The project's own character-level tokenizer.
+"""The tiny model's tokenizer at run time: the shipped tokenizer file through ``tokenizers``.
 
-A tiny fixed alphabet keeps the output space small enough that RL from random weights
-finds rewarded answers by chance (chance ~1/16 per character), which is what makes the
-arithmetic task learnable in about a minute on two cores.
+``trainstack/data/tiny_tokenizer.json`` is a byte-pair-encoding ``tokenizers`` model trained on the tiny tasks' own text
+(``hf_tokenizer.train``: digits split one per token, as Qwen's pre-tokenizer does), with the
+chat template's and slime examples' tags as added tokens (``<|im_start|>``, ``<think>``,
+``<search>``, ``<code>``...). It is trained once and shipped, not retrained per run: a
+checkpoint's embedding rows are these ids (tests/tiny/test_qwen3.py retrains it and
+compares). The vocabulary stays small on purpose: RL from random weights finds rewarded
+answers by chance only while digits are a good share of the output space.
+
+Loading uses ``tokenizers`` directly (no transformers import); ``AutoTokenizer`` loads the same
+file from any directory ``hf_tokenizer.write`` fills.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from pathlib import Path
+from typing import Any
 
-PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
-ALPHABET = "0123456789+-*= "
+PAD, EOS, UNK = "<|endoftext|>", "<|im_end|>", "<unk>"
+IM_START = "<|im_start|>"
+SHIPPED = Path(__file__).parents[1] / "data" / "tiny_tokenizer.json"  # package data (pyproject: data/*.json)
 
 
-@dataclass(frozen=True)
-class CharTokenizer:
-    alphabet: str = ALPHABET
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> Any:
+    from tokenizers import Tokenizer
 
-    @property
-    def specials(self) -> tuple[str, str, str]:
-        return (PAD, EOS, UNK)
+    return Tokenizer.from_file(path)
+
+
+class TinyTokenizer:
+    """encode/decode with the ids the tiny model's embedding rows are for."""
+
+    def __init__(self, path: str | Path = SHIPPED):
+        self._tok = _load(str(path))
+        self.specials = (PAD, EOS, UNK)
 
     @property
     def vocab_size(self) -> int:
-        return 3 + len(self.alphabet)
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def token_id(self, token: str) -> int:
+        i = self._tok.token_to_id(token)
+        if i is None:
+            raise KeyError(f"{token!r} is not a token of the tiny tokenizer")
+        return int(i)
 
     @property
     def pad_token_id(self) -> int:
-        return 0
+        return self.token_id(PAD)
 
     @property
     def eos_token_id(self) -> int:
-        return 1
+        return self.token_id(EOS)
 
     @property
     def unk_token_id(self) -> int:
-        return 2
+        return self.token_id(UNK)
 
     def encode(self, text: str) -> list[int]:
-        idx = {c: i + 3 for i, c in enumerate(self.alphabet)}
-        return [idx.get(c, self.unk_token_id) for c in text]
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if i >= 3:
-                out.append(self.alphabet[i - 3])
-            elif not skip_special_tokens:
-                out.append(self.specials[i])
-        return "".join(out)
+        return str(self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
 
 
-def get_tokenizer(args=None) -> CharTokenizer:
+CharTokenizer = TinyTokenizer  # the name of the earlier character tokenizer, for callers that still use it
+
+
+def get_tokenizer(args=None) -> TinyTokenizer:
     """What a plugin calls instead of ``GenerateState(args).tokenizer`` on the tiny backend."""
-    return CharTokenizer()
+    return TinyTokenizer()

@@ -114,7 +114,7 @@ def build_policy(args, train_iters: int) -> Policy:
         except Exception as e:  # noqa: BLE001 - a state that does not fit what it was saved from
             raise _load_failed(args.load, loaded, e) from None
         start = int(loaded) + 1
-        _say(f"resumed from {args.load} iter {int(loaded):07d}")
+        _say(f"{'loaded' if args.num_rollout == 0 else 'resumed from'} {args.load} iter {int(loaded):07d}")
     elif args.load:  # no tracker: initial weights from --ref-load (slime's load := ref_load)
         _load_weights(model, args.load, args.ckpt_step, "--ref-load")
         _say(f"initial weights from {args.load}")
@@ -223,17 +223,12 @@ def save_rollout_data(template: str, rollout_id: int, samples) -> None:
 
 
 def save_hf(template: str, pol: Policy, rollout_id: int) -> None:
-    """--save-hf: the weights as a Hugging Face-style directory (pytorch_model.bin, then config.json last,
-    so a directory with a config.json is complete)."""
-    import json
+    """--save-hf: the weights as a Hugging Face model directory (hf_model.py: Qwen3ForCausalLM's files, the
+    tokenizer, config.json last, so a directory with a config.json is complete)."""
+    from . import hf_model
 
-    from .checkpoint import atomic_torch_save, atomic_write_bytes
-
-    out = template.format(rollout_id=rollout_id)
-    atomic_torch_save(pol.model.state_dict(), os.path.join(out, "pytorch_model.bin"))
-    config = {"model_type": "trainstack-tiny", "architectures": ["TinyCausalLM"], "rollout_id": rollout_id,
-              **pol.model.config.arch()}
-    atomic_write_bytes(json.dumps(config, indent=1, sort_keys=True).encode(), os.path.join(out, "config.json"))
+    hf_model.write(template.format(rollout_id=rollout_id), pol.model,
+                   extra_config={"trainstack": {"rollout_id": rollout_id}})
 
 
 def save(args, pol: Policy, rollouts, rollout_id: int) -> None:
@@ -242,10 +237,11 @@ def save(args, pol: Policy, rollouts, rollout_id: int) -> None:
     from trainstack.fence import Fence
 
     from .checkpoint import TrainState, capture_rng, save_checkpoint, torch_bytes
+    from .model import FORMAT
 
     if args.save_hf:  # before the checkpoint: a tracker naming this rollout means its export is complete too
         save_hf(args.save_hf, pol, rollout_id)
-    meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": "trainstack-tiny/1"}
+    meta = {"rollout_id": rollout_id, "arch": pol.model.config.arch(), "format": FORMAT}
     state = TrainState(model=pol.model.state_dict(),
                        optimizer=None if args.no_save_optim else pol.optimizer.state_dict(),
                        scheduler=pol.scheduler.state_dict(), rng=capture_rng(), meta=meta)
@@ -281,8 +277,10 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
             args.num_rollout = args.num_epoch * per_epoch
     pol = holder["policy"] = build_policy(args, args.num_rollout * args.num_steps_per_rollout)
     start = pol.start_rollout_id
-    if args.num_rollout == 0 and start == 0 and args.eval_interval is not None:
-        _say("--num-rollout 0 with --eval-interval: eval-only run (as slime)")
+    eval_only = args.num_rollout == 0 and args.eval_interval is not None
+    if eval_only:  # slime's train.py: evaluate the loaded checkpoint once, train nothing, save nothing
+        _say("--num-rollout 0 with --eval-interval: eval-only run (as slime)"
+             + (f" of the checkpoint of rollout {start - 1}" if args.resume else ""))
     elif args.num_rollout <= start:
         bar = "!" * 78
         _say(f"\n{bar}\nnothing to train: checkpoint at rollout {start - 1} already covers --num-rollout "
@@ -298,9 +296,16 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
     eval_str = "-"
     stop = _StopRequest()
     try:
+        if eval_only and args.resume:
+            # slime evaluates with rollout_id 0, and its eval sampling seeds do not depend on it (rollout_seed + j);
+            # the tiny server seeds eval requests by rollout id, so the loaded checkpoint's own id is passed: the
+            # numbers are those of the training run's eval of that checkpoint, logged at its eval/step
+            only = evaluate(args, rollouts, start - 1, metrics)
+            _say(f"eval of the checkpoint of rollout {start - 1}: {_eval_line(only)}")
+            return 0
         if args.eval_interval is not None and start == 0 and (args.num_rollout == 0 or not args.skip_eval_before_train):
             first_ev = evaluate(args, rollouts, 0, metrics)
-            eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in first_ev.items() if "truncated" not in k)
+            eval_str = _eval_line(first_ev)
             _say(f"eval before training: {eval_str}")
         for rollout_id in range(start, args.num_rollout):
             t0 = time.perf_counter()
@@ -320,7 +325,7 @@ def _loop(args, rollouts, holder: dict, Metrics, watch) -> int:
             ev: dict | None = None  # slime train.py: eval after the weight update (here before the save)
             if _periodic(rollout_id, args.eval_interval, per_epoch):
                 ev = evaluate(args, rollouts, rollout_id, metrics)
-                eval_str = " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "truncated" not in k)
+                eval_str = _eval_line(ev)
             saved = ""  # saved last: everything logged for this rollout is covered by the checkpoint
             if args.save and _periodic(rollout_id, args.save_interval, per_epoch, args.num_rollout):
                 save(args, pol, rollouts, rollout_id)
@@ -352,6 +357,11 @@ def _loss(value: float) -> str:
     rollout said nothing: a value that small shows its magnitude (`-3.1e-09`), and the line carries the
     gradient norm, which is what moves the policy."""
     return f"{value:+.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:+.1e}"
+
+
+def _eval_line(ev: dict) -> str:
+    """`arithmetic=0.812`: each eval set's mean reward (not its per-set details, eval/<set>/...)."""
+    return " ".join(f"{k[5:]}={v:.3f}" for k, v in ev.items() if "/" not in k[5:] and "truncated" not in k)
 
 
 class _StopRequest:

@@ -69,6 +69,17 @@ def validate(parsed: ParsedArgv, env: Mapping[str, str] = os.environ) -> None:
     if a.hidden_size and a.num_attention_heads and a.hidden_size % a.num_attention_heads:
         err("hidden_size", "must be divisible by --num-attention-heads", value=a.hidden_size,
             num_attention_heads=a.num_attention_heads)
+    if a.group_query_attention and a.num_attention_heads and a.num_query_groups and \
+            (a.num_query_groups <= 0 or a.num_attention_heads % a.num_query_groups):
+        err("num_query_groups", "must divide --num-attention-heads (the Qwen3 model's key/value heads)",
+            value=a.num_query_groups, num_attention_heads=a.num_attention_heads)
+    if a.kv_channels is not None and (a.kv_channels <= 0 or a.kv_channels % 2):
+        err("kv_channels", "must be a positive even number (the head size; rotary embeddings rotate halves)",
+            value=a.kv_channels)
+    elif a.kv_channels is None and a.hidden_size and a.num_attention_heads and \
+            (a.hidden_size // a.num_attention_heads) % 2:
+        err("num_attention_heads", "gives an odd head size (hidden_size / heads); rotary embeddings need an even one",
+            "pass --kv-channels EVEN, or change the head count", value=a.num_attention_heads)
     if a.ffn_hidden_size is None and a.hidden_size:
         a.ffn_hidden_size = 4 * a.hidden_size
     if a.max_position_embeddings is None:
