@@ -1,6 +1,7 @@
 """The Hydra task behind run.py: build the run, then dry-run it or launch it."""
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Any
 
@@ -21,9 +22,18 @@ def prepare_argv() -> None:
 def main() -> Any:
     """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
     --config-dir), then run_app builds, checks and launches."""
+    gc.disable()  # start-up makes long-lived objects (modules, the tree): collecting over them was ~15% of a dry run
+    try:
+        return _main()
+    finally:
+        gc.enable()
+
+
+def _main() -> Any:
     import hydra
 
     from trainstack.help_page import print_if_asked
+    from trainstack.hydra_entry import register_launchers, run_single
     from trainstack.hydra_errors import guard
     from trainstack.resolve import PRIMARY_CONFIG
 
@@ -31,12 +41,17 @@ def main() -> Any:
         return None
     prepare_argv()
     guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
+    register_launchers()
     app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
     try:
         if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
             from trainstack.completion import complete
 
             return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
+        if run_single(run_app, str(CONF_DIR), PRIMARY_CONFIG, sys.argv[1:], version_base="1.3"):
+            return None  # one run, composed once (trainstack/hydra_entry.py)
+        gc.freeze()  # what start-up made stays; a sweep's points are collected
+        gc.enable()
         return app()
     except BrokenPipeError:  # `python run.py --help | head`: the reader left
         import os
@@ -82,6 +97,7 @@ def run_app(cfg: Any) -> Any:
         if cfg.output:
             display.write_command_json(cmd, run, cfg.output if not sweep else f"{cfg.output}.{hc.job.num}")
         return
+    gc.enable()  # a launch lives long (app.main defers the collector for the start-up only)
     from trainstack.display import print_summary
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch import registry

@@ -31,8 +31,11 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
 
     from trainstack.overrides import normalise_argv
 
+    from trainstack.hydra_entry import register_launchers
+
     conf = str(conf_dir or CONF_DIR)
     normalised = normalise_argv(list(overrides), conf)
+    register_launchers()
     try:
         with initialize_config_dir(config_dir=conf, version_base="1.3", job_name="trainstack"):
             cfg = hydra_compose(config_name=PRIMARY_CONFIG, overrides=normalised, return_hydra_config=True)

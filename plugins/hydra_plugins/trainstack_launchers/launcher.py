@@ -11,7 +11,9 @@ returns each run's metric to the sweeper (`launcher.sweep_results`).
 `hydra.launcher.<key>` accepts exactly the launcher's settings (trainstack/launch/<name>.py
 `Settings`; defaults declared there only), plus its `hydra_aliases`; its `hydra_refused` keys are
 refused naming the key that decides them. The ConfigStore entries are registered from the entry
-points' names, so scanning plugins imports no launcher.
+points' names by `register()`, which trainstack calls before it composes its own tree (run.py,
+`Run.compose`): Hydra's plugin scan, which imports this module in every Hydra app of the venv, reads
+no entry points and imports nothing of trainstack.
 """
 from __future__ import annotations
 
@@ -33,14 +35,12 @@ TARGET = "hydra_plugins.trainstack_launchers.launcher.TrainstackLauncher"
 
 
 def register() -> None:
+    """`hydra/launcher=<name>` for every trainstack launcher (trainstack.hydra_setup calls it)."""
     from trainstack.launch.registry import names
 
     for name in names():
         ConfigStore.instance().store(group="hydra/launcher", name=name, node={"_target_": TARGET, "launcher": name},
                                      provider="trainstack")
-
-
-register()
 
 
 class TrainstackLauncher(Launcher):

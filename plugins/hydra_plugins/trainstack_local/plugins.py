@@ -16,9 +16,8 @@ from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from omegaconf import OmegaConf, open_dict
 
-from trainstack import sweep_points
-from trainstack.errors import ConfigErrors, report_and_exit
-from trainstack.sweep_cache import SweepConfigCache, set_hydra_config
+# trainstack's modules are imported where used: Hydra's plugin scan imports this module in every
+# Hydra app of the venv, which should pay nothing for trainstack.
 
 
 @dataclass
@@ -43,6 +42,9 @@ def refuse_plugin_launchers(config) -> None:
     refused once, from the master config (every non-swept key), before any point is composed."""
     if "trainstack_local" not in str(OmegaConf.select(config, "hydra.launcher._target_", default="") or ""):
         return
+    from trainstack import sweep_points
+    from trainstack.errors import ConfigErrors, report_and_exit
+
     problem = sweep_points.plugin_problem(str(OmegaConf.select(config, "cluster.launcher", default="") or ""))
     if problem:
         sweep_points.remove_fresh_sweep_dir(str(config.hydra.sweep.dir))
@@ -51,6 +53,8 @@ def refuse_plugin_launchers(config) -> None:
 
 class TrainstackSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        from trainstack.sweep_cache import SweepConfigCache
+
         assert self.hydra_context is not None and self.config is not None
         refuse_plugin_launchers(self.config)
         cache = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config)
@@ -60,6 +64,10 @@ class TrainstackSweeper(BasicSweeper):
 
 class TrainstackLocalLauncher(BasicLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from trainstack import sweep_points
+        from trainstack.errors import ConfigErrors, report_and_exit
+        from trainstack.sweep_cache import SweepConfigCache
+
         setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
@@ -104,6 +112,8 @@ class TrainstackLocalLauncher(BasicLauncher):
         no job logging, no saved .hydra/ files, and none of its three copies of the config (two deep
         copies and ``set_config``'s masked copy, ~60 ms a point). The task reads the same config and
         ``HydraConfig.get()``; Hydra's job callbacks are not called for dry-run points."""
+        from trainstack.sweep_cache import set_hydra_config
+
         assert self.task_function is not None
         set_hydra_config(sweep_config)
         ret = JobReturn()
