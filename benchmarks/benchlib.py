@@ -70,3 +70,52 @@ def write(name: str, result: dict) -> Path:
     print(json.dumps(full, indent=2))
     print(f"written: {path}", file=sys.stderr)
     return path
+
+
+
+def venv_without_trainstack(dest: Path, only_hydra: bool) -> Path:
+    """A venv at `dest` without trainstack, its packages linked from this venv's site-packages (the same
+    files, versions and bytecode; no network); returns its python. `only_hydra`: hydra-core, what it
+    requires and the other Hydra plugin distributions installed here (Hydra's plugin scan imports them in
+    any app); else every distribution installed here but trainstack (its editable finder, its metadata
+    and its Hydra plugins)."""
+    import subprocess
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    site = Path(subprocess.run([str(dest / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    ours = Path(sysconfig.get_path("purelib"))
+    links: set[tuple[str, ...]] = set()
+    for dist in _dists_without_trainstack(only_hydra):
+        for f in dist.files or []:
+            parts = Path(str(f)).parts
+            if parts[0] in ("..", "__pycache__", "bin"):
+                continue
+            links.add(parts[:2] if parts[0] == "hydra_plugins" and len(parts) > 2 else parts[:1])  # a namespace: members
+    for top in sorted(links):
+        src, link = ours.joinpath(*top), site.joinpath(*top)
+        if src.exists() and not link.exists() and not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(src)
+    return dest / "bin" / "python"
+
+
+def _dists_without_trainstack(only_hydra: bool) -> list:
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    dists = {d.metadata["Name"].lower(): d for d in md.distributions()}
+    dists.pop("trainstack", None)
+    if not only_hydra:
+        return list(dists.values())
+    wanted, todo = set(), ["hydra-core"]
+    while todo:  # hydra-core and its requirements, recursively
+        name = todo.pop().lower()
+        if name in wanted or name not in dists:
+            continue
+        wanted.add(name)
+        todo += [r.name for r in map(Requirement, dists[name].requires or []) if r.marker is None or r.marker.evaluate()]
+    wanted |= {n for n, d in dists.items() if any(str(f).startswith("hydra_plugins/") for f in d.files or [])}
+    return [dists[n] for n in sorted(wanted)]

@@ -19,8 +19,9 @@ BENCH = ROOT / "benchmarks"
 
 # script -> (result file, keys it must hold)
 SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dry_run_latency.py": ("dry_run.json", ("bare_hydra_median_s", "dry_run_median_s", "ratio", "help_ratio",
-                                            "sweep_points", "sweep_s")),
+    "dry_run_latency.py": ("dry_run.json", ("plain", "dry_run", "dry_run_vs_plain", "help_vs_cfg_job",
+                                            "plain_app_in_trainstack_venv_vs_without_trainstack",
+                                            "plain_app_in_trainstack_venv_vs_plain_venv")),
     "checkpoint_lookup.py": ("resume.json", ("lookup", "resume")),
     "compare_read.py": ("compare_read.json", ("runs", "steps", "read_seconds", "within_target")),
     "compare_status_runs.py": ("compare_status.json", ("runs", "rollouts_per_run", "compare_median_s",

@@ -5,13 +5,14 @@ import gc
 import sys
 from typing import Any
 
-from trainstack.errors import ConfigErrors, report_and_exit
-from trainstack.resolve import CONF_DIR
+# trainstack's modules are imported inside the functions, after main() has deferred the collector.
 
 
 def prepare_argv() -> None:
     """Check overrides before Hydra composes (exit 2 on unknown keys; dests become `++`)."""
+    from trainstack.errors import ConfigErrors, report_and_exit
     from trainstack.overrides import normalise_argv
+    from trainstack.resolve import CONF_DIR
 
     try:
         sys.argv[1:] = normalise_argv(sys.argv[1:], str(CONF_DIR))
@@ -35,7 +36,7 @@ def _main() -> Any:
     from trainstack.help_page import print_if_asked
     from trainstack.hydra_entry import register_launchers, run_single
     from trainstack.hydra_errors import guard
-    from trainstack.resolve import PRIMARY_CONFIG
+    from trainstack.resolve import CONF_DIR, PRIMARY_CONFIG
 
     if print_if_asked(sys.argv[1:], CONF_DIR):  # the help page without composing (trainstack/help_page.py)
         return None
@@ -64,6 +65,7 @@ def run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from trainstack.errors import ConfigErrors, report_and_exit
     from trainstack.pipeline import build, checked_point
     from trainstack.resolve import Origin
 
