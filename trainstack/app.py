@@ -23,9 +23,11 @@ def prepare_argv() -> None:
 def main() -> Any:
     """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
     --config-dir), then run_app builds, checks and launches."""
+    from trainstack.pipes import quietly
+
     gc.disable()  # start-up makes long-lived objects (modules, the tree): collecting over them was ~15% of a dry run
     try:
-        return _main()
+        return quietly(_main)  # `python run.py --help | head`: the reader left; ends quietly (trainstack/pipes.py)
     finally:
         gc.enable()
 
@@ -44,21 +46,15 @@ def _main() -> Any:
     guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
     register_launchers()
     app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
-    try:
-        if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
-            from trainstack.completion import complete
+    if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
+        from trainstack.completion import complete
 
-            return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
-        if run_single(run_app, str(CONF_DIR), PRIMARY_CONFIG, sys.argv[1:], version_base="1.3"):
-            return None  # one run, composed once (trainstack/hydra_entry.py)
-        gc.freeze()  # what start-up made stays; a sweep's points are collected
-        gc.enable()
-        return app()
-    except BrokenPipeError:  # `python run.py --help | head`: the reader left
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return None
+        return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
+    if run_single(run_app, str(CONF_DIR), PRIMARY_CONFIG, sys.argv[1:], version_base="1.3"):
+        return None  # one run, composed once (trainstack/hydra_entry.py)
+    gc.freeze()  # what start-up made stays; a sweep's points are collected
+    gc.enable()
+    return app()
 
 
 def run_app(cfg: Any) -> Any:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import NoReturn
 
@@ -295,6 +294,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trainstack.pipes import quietly
+
+    return quietly(lambda: _main(argv))  # `trainstack ... | head`: the reader left; ends quietly
+
+
+def _main(argv: list[str] | None) -> int:
     parser = _Parser(prog="trainstack", description=__doc__)
     from trainstack.version import VersionAction
 
@@ -371,9 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         return ns.func(ns)
     except ConfigErrors as err:  # bad input or a corrupt run-dir file: one message, exit 2
         report_and_exit(err, command=None if ns.command in ("render", "exec") else ns.command)
-    except BrokenPipeError:  # `trainstack ... | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # `trainstack ... | head`: the reader left (trainstack/pipes.py), not a file error
+        raise
     except OSError as ex:  # a file we were pointed at cannot be read or written (permissions, a full disk)
         from trainstack.errors import ConfigError
 

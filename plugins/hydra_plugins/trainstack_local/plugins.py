@@ -124,6 +124,8 @@ class TrainstackLocalLauncher(BasicLauncher):
         try:
             ret.return_value = self.task_function(sweep_config)
             ret.status = JobStatus.COMPLETED
+        except BrokenPipeError:  # the reader of the output left (`| head`): ends the sweep quietly (trainstack/pipes.py)
+            raise
         except Exception as ex:  # as run_job does: the sweep reports it
             ret.return_value = ex
             ret.status = JobStatus.FAILED
