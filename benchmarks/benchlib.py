@@ -119,3 +119,29 @@ def _dists_without_trainstack(only_hydra: bool) -> list:
         todo += [r.name for r in map(Requirement, dists[name].requires or []) if r.marker is None or r.marker.evaluate()]
     wanted |= {n for n, d in dists.items() if any(str(f).startswith("hydra_plugins/") for f in d.files or [])}
     return [dists[n] for n in sorted(wanted)]
+
+
+
+def run_process(argv: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    """One process to its end: wall, CPU (user + system) seconds, peak RSS (MiB; this process alone,
+    from wait4) and its stdout's line count; exits naming the command when it fails."""
+    import subprocess
+    import threading
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, f.read()))
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for t in readers:
+        t.join()
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{got['err'].decode()[-3000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
+            "lines": got["out"].count(b"\n")}

@@ -19,7 +19,7 @@ Figures: medians of wall and CPU (user + system of the process) seconds, their r
 of the per-round ratios. Targets (2-core machine): dry run <= 1.05x plain (CPU), plain app in
 trainstack's venv <= 1.02x plain venv, --help <= 1.2x --cfg job. Writes benchmarks/results/dry_run.json.
 `BENCH_TREE=DIR` times another checkout of trainstack with this venv (its run.py and plugins first
-on PYTHONPATH): how the "before" figures were taken. Short mode (--quick): 3 rounds.
+on PYTHONPATH): how the "before" figures were taken. Short mode (--quick): 1 round, no warm-up.
 Nothing is left behind: the venv, the tree's copy and every run dir live in one temp dir.
 """
 from __future__ import annotations
@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import benchlib  # noqa: E402  (benchmarks/ is on sys.path when the script runs)
@@ -56,15 +55,8 @@ TRAINSTACK_PLUGINS = ("  - override hydra/sweeper: trainstack", "  - override hy
 
 def run(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall, CPU) seconds of one process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{err[-3000:]}")
-    return wall, usage.ru_utime + usage.ru_stime
+    got = benchlib.run_process(argv, cwd, env)
+    return got["wall_s"], got["cpu_s"]
 
 
 def plain_tree(dest: Path) -> None:
@@ -93,7 +85,7 @@ def ratios(ours: list[tuple[float, float]], ref: list[tuple[float, float]]) -> d
 
 def main() -> None:
     quick = benchlib.quick()
-    rounds = int(os.environ.get("BENCH_RUNS", "3" if quick else "15"))
+    rounds = int(os.environ.get("BENCH_RUNS", "1" if quick else "15"))
     load_before = [round(x, 2) for x in os.getloadavg()]
     base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     ours_env = {**base_env, "PYTHONPATH": f"{TREE}:{TREE / 'plugins'}" if TREE != ROOT else ""}
@@ -116,7 +108,7 @@ def main() -> None:
             "help": ([*run_py, "--help"], ours_env),
             "cfg_job": ([*run_py, "--cfg", "job"], ours_env),
         }
-        for argv, env in commands.values():  # warm the page cache (and write any missing bytecode)
+        for argv, env in commands.values() if not quick else ():  # warm the page cache (and any missing bytecode)
             run(argv, work, env)
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
         for _ in range(rounds):

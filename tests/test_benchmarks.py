@@ -22,6 +22,7 @@ SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dry_run_latency.py": ("dry_run.json", ("plain", "dry_run", "dry_run_vs_plain", "help_vs_cfg_job",
                                             "plain_app_in_trainstack_venv_vs_without_trainstack",
                                             "plain_app_in_trainstack_venv_vs_plain_venv")),
+    "sweep_scale.py": ("sweep_scale.json", ("gpu_recipe_lium", "cpu_default", "left_in_cwd")),
     "checkpoint_lookup.py": ("resume.json", ("lookup", "resume")),
     "compare_read.py": ("compare_read.json", ("runs", "steps", "read_seconds", "within_target")),
     "compare_status_runs.py": ("compare_status.json", ("runs", "rollouts_per_run", "compare_median_s",

@@ -62,15 +62,14 @@ def run_app(cfg: Any) -> Any:
     from hydra.types import RunMode
 
     from trainstack.errors import ConfigErrors, report_and_exit
-    from trainstack.pipeline import build, checked_point
+    from trainstack.pipeline import build
     from trainstack.resolve import Origin
 
     hc = HydraConfig.get()
     origin = Origin.from_hydra(hc)
     sweep = hc.mode == RunMode.MULTIRUN
-    known = checked_point(hc.job.num, origin) if sweep and cfg.dry_run else None  # checked with the sweep
     try:
-        run, cmd = (known.run, known.cmd) if known else build(cfg, origin)
+        run, cmd = build(cfg, origin)
     except ConfigErrors as err:
         report_and_exit(err)
     from trainstack.preflight import preflight
@@ -82,7 +81,7 @@ def run_app(cfg: Any) -> Any:
             problem = output_problem(str(cfg.output), "output")
             if problem:
                 raise ConfigErrors([problem])
-        report = known.report if known else preflight(run, cmd, launching=not cfg.dry_run)
+        report = preflight(run, cmd, launching=not cfg.dry_run)
     except ConfigErrors as err:
         report_and_exit(err)
     if cfg.dry_run:

@@ -131,8 +131,10 @@ class TrainstackLauncher(Launcher):
             try:
                 run, cmd, spec, dry = self.point_spec(launcher, overrides, given)
                 built.append((spec.run_id, shown))
-                if dry:
-                    dry_lines.append((run, cmd))
+                if dry:  # its line only: a dry sweep's memory stays flat in its points
+                    from trainstack.display import sweep_line
+
+                    dry_lines.append(sweep_line(run, cmd))
                     continue
                 launcher.check(spec)
             except ConfigErrors as err:
@@ -155,8 +157,9 @@ class TrainstackLauncher(Launcher):
         if dry_lines:  # dry_run=true: every point checked and shown; nothing submitted
             from trainstack import display
 
-            for point, point_cmd in dry_lines:
-                display.print_sweep_line(point, point_cmd)
+            for line in dry_lines:
+                display.print_folded_line(line)
+            remove_fresh_sweep_dir(str(sweep_dir))  # a dry sweep writes nothing (Hydra's multirun.yaml goes)
             return [self.returned(o, None, JobStatus.COMPLETED) for o in job_overrides]
         sweep_dir.mkdir(parents=True, exist_ok=True)
         t_built = time.perf_counter()
