@@ -51,13 +51,13 @@ class Row:
 
 
 def _run_row(ref: RunRef) -> Row:
-    rd = RunDir(ref.run_dir)
-    slurm = rd.read(layout.SLURM, {}) or {}
-    overrides = ref.overrides if ref.overrides is not None else (rd.read(layout.OVERRIDES) or [])
-    from trainstack.launch.base import launcher_of_run
+    from trainstack.rundir import summary
 
+    facts = summary.read(ref.run_dir)  # one small file per run (rundir/summary.py)
+    slurm = facts.slurm
+    overrides = ref.overrides if ref.overrides is not None else facts.overrides
     return Row(run_id=ref.run_id or slurm.get("run_id") or ref.run_dir.name, run_dir=str(ref.run_dir),
-               launcher=launcher_of_run(ref.run_dir),
+               launcher=facts.launcher,
                overrides=[str(o).lstrip("+") for o in overrides],
                job_id=str(ref.job_id or slurm.get("job_id") or "") or None,
                job_name=slurm.get("job_name"), logs=dict(ref.logs or slurm.get("logs") or {}))
@@ -85,13 +85,18 @@ def locate(target: str, runs_root: str = "runs") -> str:
 def collect(targets: Sequence[str], runs_root: str = "runs") -> list[Row]:
     """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
     for corrupt files in their run directories."""
-    from trainstack.rundir import check
+    from trainstack.rundir import check, summary
 
     refs = expand([locate(t, runs_root) for t in targets], runs_root)
-    check.require_readable([r.run_dir for r in refs], skip=(layout.METRICS,))
-    from trainstack.rundir.progress import require_readable_tails
-
-    require_readable_tails([r.run_dir for r in refs])  # status reads only the end of metrics.jsonl
+    errors = []
+    for ref in refs:  # each run's summary: its files checked (and read) only when they changed since it was made
+        try:
+            summary.read(ref.run_dir)
+        except ConfigErrors as err:
+            errors += err.errors
+    if errors:
+        raise ConfigErrors(errors)
+    check.require_readable([r.run_dir for r in refs], skip=tuple(n for n in check.SHAPE_BY_NAME if n != layout.LEASE))
     return [_run_row(ref) for ref in refs]
 
 
@@ -123,21 +128,19 @@ def fill(rows: list[Row]) -> list[Row]:
     """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
     overrides that vary."""
     from trainstack.launch.registry import get
+    from trainstack.rundir import summary
     from trainstack.rundir.liveness import judge
-    from trainstack.rundir.progress import progress
 
     for r in rows:
         rd = RunDir(r.run_dir)
-        st = rd.status()
+        facts = summary.read(rd.path)  # status.json, progress, events: made from the run's files (rundir/summary.py)
+        st = facts.status
         r.state = judge(rd.path, st).text()  # "running" only while the lease names a live holder
-        done = progress(rd.path)
-        r.last_checkpoint, r.rollouts, r.target, r.reward = done.last_checkpoint, done.rollouts, done.target, done.reward
+        r.last_checkpoint, r.rollouts, r.target, r.reward = facts.last_checkpoint, facts.rollouts, facts.target, \
+            facts.reward
         hub = st.get("hub") or {}
         r.hub_pushed, r.hub_commit, r.hub_pending = hub.get("last_pushed"), hub.get("commit"), hub.get("pending")
-        events = rd.events()
-        r.resumed_from = [int(e["from_rollout"]) for e in events
-                          if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
-        r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)
+        r.resumed_from, r.restarts = list(facts.resumed_from), facts.restarts
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
     for name, group in by_launcher(rows).items():
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 Series = dict[str, list[tuple[float, float]]]  # metric -> [(step, value)] sorted by step
 
@@ -67,8 +68,9 @@ def derive_wandb_id(run_id: str) -> str:
     return derive(run_id)
 
 
-def read_local(run_dir: str | Path, source: str = "auto") -> RunMetrics:
-    """A run directory's metrics from one local source (or the first that has data)."""
+def read_local(run_dir: str | Path, source: str = "auto", read_jsonl: Any = None) -> RunMetrics:
+    """A run directory's metrics from one local source (or the first that has data); `read_jsonl`:
+    metrics.jsonl's reader when the caller checks the file as it reads it (compare)."""
     run_dir = Path(run_dir)
     order = LOCAL_SOURCES if source == "auto" else (source,)
     for name in order:
@@ -82,7 +84,7 @@ def read_local(run_dir: str | Path, source: str = "auto") -> RunMetrics:
             raise ValueError(f"not a local metric source: {name}")
         if source == "auto" and not mod.available(run_dir):
             continue
-        series = mod.read(run_dir)
+        series = read_jsonl(run_dir) if name == "jsonl" and read_jsonl is not None else mod.read(run_dir)
         if series or source != "auto":
             return RunMetrics(series=series, source=name)
     return RunMetrics(series={}, source="none")
