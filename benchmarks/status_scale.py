@@ -59,11 +59,14 @@ def copies(src: Path, root: Path, n: int) -> Path:
         command = json.loads((d / "command.json").read_text())
         command["run_id"] = rid
         _rewrite(d / "command.json", json.dumps(command))
+        lr = 0.001 * (1 + i)
         spec = json.loads((d / "spec.json").read_text())
         spec.update(run_id=rid, run_dir=str(d))
-        spec["args"].update(save=str(src / "checkpoints"), load=str(src / "checkpoints"))
+        spec["args"].update(save=str(src / "checkpoints"), load=str(src / "checkpoints"), lr=lr)
+        spec["config"]["algo"]["lr"] = lr
         _rewrite(d / "spec.json", json.dumps(spec))
-        lr = 0.001 * (1 + i)
+        args = json.loads((d / "args.json").read_text())
+        _rewrite(d / "args.json", json.dumps({**args, "lr": lr}))
         _rewrite(d / "config.yaml", (d / "config.yaml").read_text().replace("lr: 0.001", f"lr: {lr}"))
         runs.append({"run_id": rid, "run_dir": str(d), "overrides": [f"algo.lr={lr}"], "job_num": i})
     sweep = root / "multirun" / "copies"

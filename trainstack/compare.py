@@ -42,6 +42,7 @@ class SharedFlat:
 
     def __init__(self) -> None:
         self.base: dict[str, Any] | None = None
+        self.dests: dict[str, tuple[Any, str, bool]] | None = None  # the first run's
 
     def diff(self, flat: dict[str, Any]) -> dict[str, Any]:
         if self.base is None:
@@ -105,9 +106,21 @@ class RunRecord:
         return out
 
     def share(self, shared: SharedFlat) -> None:
-        """Keep the config as its difference from the first run's (`shared`)."""
+        """Keep the config as its difference from the first run's (`shared`), and its dests' origins only
+        where they differ from the first run's."""
         self.flat_diff = shared.diff(self.flat())
+        if shared.dests is None:
+            shared.dests = self.dests
+        else:
+            self.dests = {d: v for d, v in self.dests.items() if shared.dests.get(d) != v}
         self.shared, self.config = shared, {"name": self.config.get("name")}
+
+    def dest(self, name: str) -> tuple[Any, str, bool] | None:
+        got = self.dests.get(name)
+        if got is None and self.shared is not None and self.shared.dests is not None and \
+                f"@{name}" not in self.flat_diff:  # the same as the first run's
+            got = self.shared.dests.get(name)
+        return got
 
     def names(self) -> set[str]:
         return set(self.metrics.series) | self.metric_names
@@ -121,7 +134,7 @@ class RunRecord:
         """Each metric `wanted(name)` says yes to as its final and best values, every metric's name, and
         the rollouts: all the table needs of a run, so its series can go (unless plotted)."""
         self.rollouts_done = self.rollouts()
-        self.metric_names = set(self.metrics.series)
+        self.metric_names = {sys.intern(n) for n in self.metrics.series}  # one copy of each name for all runs
         self.condensed = {m: summarise(pts, m) for m, pts in self.metrics.series.items() if wanted(m)}
         if not keep_series:
             self.metrics = RunMetrics(source=self.metrics.source)
@@ -132,24 +145,33 @@ def lower_is_better(metric: str) -> bool:
 
 
 # -- finding runs --------------------------------------------------------------------------------
-RECORD_FILES = (layout.CONFIG, layout.COMMAND, layout.ARGS, layout.PROVENANCE)
+VIEW_FILES = (layout.CONFIG, layout.COMMAND, layout.ARGS, layout.PROVENANCE)
 
 
 def load_record(run_dir: Path) -> RunRecord:
-    """A run's record: its summary (rundir/summary.py) and config, command, args and provenance, each
-    file read once (ConfigErrors naming a corrupt one)."""
+    """A run's record: its summary (rundir/summary.py), and its config, args and provenance from its
+    spec.json (one JSON parse; config.yaml, a YAML view of the same config, parses ten times slower),
+    else from their views (config.yaml, command.json, args.json, provenance.json), each file read once
+    (ConfigErrors naming a corrupt one)."""
     from trainstack.rundir import summary
 
-    facts, files = summary.read_with(run_dir, RECORD_FILES)
-    config = files[layout.CONFIG] or {}
-    command = files[layout.COMMAND] or {}
-    argv = command.get("argv") or []
-    group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
+    facts, files = summary.read_with(run_dir, (layout.SPEC,))
+    spec = files[layout.SPEC]
+    if isinstance(spec, dict):
+        config, args, provenance = spec.get("config"), spec.get("args"), spec.get("arg_sources") or {}
+        run_id = spec.get("run_id")
+        group = args.get("wandb_group") if isinstance(args, dict) else None
+    else:
+        views = summary.read_with(run_dir, VIEW_FILES)[1]
+        config, args, provenance = views[layout.CONFIG], views[layout.ARGS], views[layout.PROVENANCE] or {}
+        command = views[layout.COMMAND] or {}
+        argv = command.get("argv") or []
+        run_id = command.get("run_id")
+        group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
     config = redact(config) if isinstance(config, dict) else {}
-    args = files[layout.ARGS]
-    provenance = files[layout.PROVENANCE] or {}
-    return RunRecord(run_id=command.get("run_id") or config.get("run_id") or run_dir.name, run_dir=run_dir,
-                     config=config, status=dict(facts.status), group=group, last_checkpoint=facts.last_checkpoint,
+    return RunRecord(run_id=run_id or config.get("run_id") or run_dir.name, run_dir=run_dir,
+                     config=config, status=dict(facts.status), group=str(group) if group else None,
+                     last_checkpoint=facts.last_checkpoint,
                      dests=dest_values(config, redact(args) if isinstance(args, dict) else None, provenance))
 
 
@@ -217,6 +239,7 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
     errors += [e for d in loaded for e in check.problems(d, (layout.LEASE,))]
     if errors:
         raise ConfigErrors(errors)
+    from trainstack.rundir import summary
     records = [loaded[r.run_dir] for r in refs]
     if group:
         for run_dir in grouped:
@@ -229,7 +252,8 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
     for rec in records:
         state = states.get(str(rec.run_dir))
         if state is not None:
-            rec.status = {**rec.status, "state": state}
+            rec.status = {"state": state}  # all compare shows of it
+    summary.forget()  # every run's summary was read once; nothing holds a thousand of them
     return records
 
 
@@ -270,7 +294,7 @@ def column_name(key: str, records: list[RunRecord]) -> str:
     if not key.startswith("@"):
         return key
     dest = key[1:]
-    said = [r.dests[dest] for r in records if dest in r.dests]
+    said = [d for d in (r.dest(dest) for r in records) if d is not None]
     typed = [ns for _, ns, cli in said if cli] or [ns for _, ns, _ in said]
     if not typed:
         return f"args.{dest}"

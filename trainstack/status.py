@@ -53,7 +53,7 @@ class Row:
 def _run_row(ref: RunRef) -> Row:
     from trainstack.rundir import summary
 
-    facts = summary.read(ref.run_dir)  # one small file per run (rundir/summary.py)
+    facts = summary.cached(ref.run_dir)  # one small file per run (rundir/summary.py), read by collect
     slurm = facts.slurm
     overrides = ref.overrides if ref.overrides is not None else facts.overrides
     return Row(run_id=ref.run_id or slurm.get("run_id") or ref.run_dir.name, run_dir=str(ref.run_dir),
@@ -133,7 +133,7 @@ def fill(rows: list[Row]) -> list[Row]:
 
     for r in rows:
         rd = RunDir(r.run_dir)
-        facts = summary.read(rd.path)  # status.json, progress, events: made from the run's files (rundir/summary.py)
+        facts = summary.cached(rd.path)  # status.json, progress, events: made from the run's files (rundir/summary.py)
         st = facts.status
         r.state = judge(rd.path, st).text()  # "running" only while the lease names a live holder
         r.last_checkpoint, r.rollouts, r.target, r.reward = facts.last_checkpoint, facts.rollouts, facts.target, \

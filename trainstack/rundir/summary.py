@@ -82,6 +82,13 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
+def cached(run_dir: str | Path) -> Summary:
+    """The summary this process read last for the run (`read` checked it against the files moments ago:
+    status and compare read each run's once per command), else `read`."""
+    memo = _MEMO.get(str(Path(run_dir)))
+    return memo[1] if memo is not None else read(run_dir)
+
+
 def read(run_dir: str | Path) -> Summary:
     """The run's summary: summary.json while the files it was made from are unchanged, else made from
     them now (ConfigErrors naming a corrupt one). Nothing is written."""
