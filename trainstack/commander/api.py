@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from trainstack.commander.reconciler import CommanderConfig, worker_log_path
@@ -119,7 +119,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
 
     @app.get("/v1/health", dependencies=[Depends(admin)])
     def health() -> dict[str, Any]:
-        return {"ok": True, "runs": len(store.runs()), "time": time.time()}
+        return {"ok": True, "runs": store.count(), "time": time.time()}
 
     # ------------------------------------------------------------------ runs (admin)
     @app.post("/v1/runs", dependencies=[Depends(admin)])
@@ -160,8 +160,14 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return {"run_id": body.run_id, "registered": True, "phase": "pending"}
 
     @app.get("/v1/runs", dependencies=[Depends(admin)])
-    def list_runs(sweep: Optional[str] = None) -> list[dict[str, Any]]:
-        return [r.public() for r in store.runs(sweep=sweep, with_pods=True)]
+    def list_runs(sweep: Optional[str] = None) -> Response:
+        """Every run's public record, encoded with json directly: FastAPI's encoder walks each value of a
+        thousand runs in Python, which held the interpreter while workers waited to renew."""
+        import json
+
+        body = json.dumps([r.public() for r in store.runs(sweep=sweep, with_pods=True)], ensure_ascii=False,
+                          allow_nan=False, separators=(",", ":"), default=str)  # as Starlette's JSONResponse
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/runs/{run_id}", dependencies=[Depends(admin)])
     def read_run(run_id: str) -> dict[str, Any]:
