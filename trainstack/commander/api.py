@@ -161,13 +161,9 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
 
     @app.get("/v1/runs", dependencies=[Depends(admin)])
     def list_runs(sweep: Optional[str] = None) -> Response:
-        """Every run's public record, encoded with json directly: FastAPI's encoder walks each value of a
-        thousand runs in Python, which held the interpreter while workers waited to renew."""
-        import json
-
-        body = json.dumps([r.public() for r in store.runs(sweep=sweep, with_pods=True)], ensure_ascii=False,
-                          allow_nan=False, separators=(",", ":"), default=str)  # as Starlette's JSONResponse
-        return Response(body, media_type="application/json")
+        """Every run's public record, as SQLite writes it (store.listing_json): building and encoding a
+        thousand records in Python held the interpreter while the workers waited to renew."""
+        return Response(store.listing_json(sweep), media_type="application/json")
 
     @app.get("/v1/runs/{run_id}", dependencies=[Depends(admin)])
     def read_run(run_id: str) -> dict[str, Any]:
