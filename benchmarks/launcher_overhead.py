@@ -8,7 +8,7 @@ summed RSS (sampled from /proc every 20 ms). The launcher's cost is the differen
 100-rollout run is that difference over the 100-rollout trainer's time (measured once in the same run).
 Targets (2-core machine): <= 0.5 s per run and <= 2% of a 100-rollout CPU run.
 Writes benchmarks/results/launcher_overhead.json. `BENCH_TREE=DIR` times another checkout.
-Short mode (--quick): 1-rollout runs, 1 pair, no 100-rollout run. Everything lives in one temp dir.
+Short mode (--quick): 1-rollout runs, 1 pair, no warm-up, no 100-rollout run. Everything lives in one temp dir.
 """
 from __future__ import annotations
 
@@ -106,10 +106,11 @@ def main() -> None:
 
         cmd = rendered(rollouts)
         launches, alone = [], []
-        for i in range(pairs + 1):  # the first pair warms the page cache (and the data set), not counted
+        warm = 0 if quick else 1  # the first pair warms the page cache (and the data set), not counted
+        for i in range(pairs + warm):
             a = measured([*run_py, f"env.num_rollout={rollouts}", f"run_id=launch-{i}", *common], tmp)
             b = trainer_alone(cmd, tmp / f"alone-{i}", tmp)
-            if i:
+            if i >= warm:
                 launches.append(a)
                 alone.append(b)
         med = statistics.median

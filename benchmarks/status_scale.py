@@ -9,7 +9,7 @@ once to warm the page cache, then `reps` times; medians of wall and CPU seconds 
 runs (the per-run cost is the slope from 100 to 1,000) and `python -m trainstack --help` (the floor).
 Targets (2-core machine): status over 1,000 runs <= 1 s, compare of a 1,000-run sweep <= 3 s, memory
 flat in the runs. Writes benchmarks/results/status_scale.json. `BENCH_TREE=DIR` times another checkout.
-Short mode (--quick): a 4-rollout run, 4 and 16 copies, 1 timing. Everything lives in one temp dir.
+Short mode (--quick): a 2-rollout run, 4 and 16 copies, 1 timing. Everything lives in one temp dir.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source-run", default=None, help="a finished run directory to copy (default: train one)")
     a = p.parse_args()
-    num_rollout, sizes, reps = (4, [4, 16], 1) if quick else (100, [100, 1000], 3)
+    num_rollout, sizes, reps = (2, [4, 16], 1) if quick else (100, [100, 1000], 3)
     load_before = [round(x, 2) for x in os.getloadavg()]
     ts = [sys.executable, "-m", "trainstack"]
     result: dict = {"tree": str(TREE), "sizes": sizes, "reps": reps}
