@@ -4,12 +4,16 @@ written by a reader, and compare's configs kept as differences give the columns 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT, files_under
 from hubtools import write_checkpoint
 from trainstack.rundir import RunDir, layout, summary
 
@@ -77,12 +81,6 @@ def test_a_current_summary_is_all_a_reader_parses(tmp_path, monkeypatch):
 
 def test_status_and_compare_leave_run_dirs_as_they_were(tmp_path):
     """A reader makes its own summary of a run whose files changed; it never writes one."""
-    import os
-    import subprocess
-    import sys
-
-    from conftest import ROOT, files_under
-
     rd = _run(tmp_path)
     rd.update_status(state="finished", num_rollout=1)
     _metrics(rd, 0, 0.5)  # summary.json is behind now
