@@ -59,7 +59,7 @@ def context() -> dict:
         else a for a in _ARGV)]),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "load_average_1_5_15": load, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "quick": quick()}
+            "quick": quick(), "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("BENCH_")}}
 
 
 def write(name: str, result: dict) -> Path:
@@ -145,3 +145,11 @@ def run_process(argv: list[str], cwd: Path, env: dict[str, str]) -> dict:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{got['err'].decode()[-3000:]}")
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
             "lines": got["out"].count(b"\n")}
+
+
+def tree_env(tree: Path, **extra: str) -> dict[str, str]:
+    """The environment a benchmark runs trainstack's commands in: `tree`'s checkout (and its Hydra
+    plugins) first on PYTHONPATH, bytecode written, W&B off, plus `extra`."""
+    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    out.update(PYTHONPATH=f"{tree}:{tree / 'plugins'}", WANDB_API_KEY="", **extra)
+    return out

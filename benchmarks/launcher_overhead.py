@@ -29,9 +29,7 @@ TREE = Path(os.environ.get("BENCH_TREE") or ROOT).resolve()
 
 
 def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
-    out.update(PYTHONPATH=f"{TREE}:{TREE / 'plugins'}", WANDB_API_KEY="", WANDB_MODE="disabled")
-    return out
+    return benchlib.tree_env(TREE, WANDB_MODE="disabled")
 
 
 def tree_rss_mib(pid: int) -> float:

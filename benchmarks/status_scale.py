@@ -30,9 +30,7 @@ TREE = Path(os.environ.get("BENCH_TREE") or ROOT).resolve()
 
 
 def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
-    out.update(PYTHONPATH=f"{TREE}:{TREE / 'plugins'}", COLUMNS="200", WANDB_API_KEY="")
-    return out
+    return benchlib.tree_env(TREE, COLUMNS="200")
 
 
 def train(tmp: Path, num_rollout: int) -> Path:
