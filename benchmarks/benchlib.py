@@ -59,7 +59,7 @@ def context() -> dict:
         else a for a in _ARGV)]),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "load_average_1_5_15": load, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "quick": quick()}
+            "quick": quick(), "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("BENCH_")}}
 
 
 def write(name: str, result: dict) -> Path:
@@ -70,3 +70,86 @@ def write(name: str, result: dict) -> Path:
     print(json.dumps(full, indent=2))
     print(f"written: {path}", file=sys.stderr)
     return path
+
+
+
+def venv_without_trainstack(dest: Path, only_hydra: bool) -> Path:
+    """A venv at `dest` without trainstack, its packages linked from this venv's site-packages (the same
+    files, versions and bytecode; no network); returns its python. `only_hydra`: hydra-core, what it
+    requires and the other Hydra plugin distributions installed here (Hydra's plugin scan imports them in
+    any app); else every distribution installed here but trainstack (its editable finder, its metadata
+    and its Hydra plugins)."""
+    import subprocess
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    site = Path(subprocess.run([str(dest / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    ours = Path(sysconfig.get_path("purelib"))
+    links: set[tuple[str, ...]] = set()
+    for dist in _dists_without_trainstack(only_hydra):
+        for f in dist.files or []:
+            parts = Path(str(f)).parts
+            if parts[0] in ("..", "__pycache__", "bin"):
+                continue
+            links.add(parts[:2] if parts[0] == "hydra_plugins" and len(parts) > 2 else parts[:1])  # a namespace: members
+    for top in sorted(links):
+        src, link = ours.joinpath(*top), site.joinpath(*top)
+        if src.exists() and not link.exists() and not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(src)
+    return dest / "bin" / "python"
+
+
+def _dists_without_trainstack(only_hydra: bool) -> list:
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    dists = {d.metadata["Name"].lower(): d for d in md.distributions()}
+    dists.pop("trainstack", None)
+    if not only_hydra:
+        return list(dists.values())
+    wanted, todo = set(), ["hydra-core"]
+    while todo:  # hydra-core and its requirements, recursively
+        name = todo.pop().lower()
+        if name in wanted or name not in dists:
+            continue
+        wanted.add(name)
+        todo += [r.name for r in map(Requirement, dists[name].requires or []) if r.marker is None or r.marker.evaluate()]
+    wanted |= {n for n, d in dists.items() if any(str(f).startswith("hydra_plugins/") for f in d.files or [])}
+    return [dists[n] for n in sorted(wanted)]
+
+
+
+def run_process(argv: list[str], cwd: Path, env: dict[str, str]) -> dict:
+    """One process to its end: wall, CPU (user + system) seconds, peak RSS (MiB; this process alone,
+    from wait4) and its stdout's line count; exits naming the command when it fails."""
+    import subprocess
+    import threading
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got: dict[str, bytes] = {}
+    readers = [threading.Thread(target=lambda n=n, f=f: got.__setitem__(n, f.read()))
+               for n, f in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for t in readers:
+        t.join()
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{got['err'].decode()[-3000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mib": usage.ru_maxrss / 1024,
+            "lines": got["out"].count(b"\n")}
+
+
+def tree_env(tree: Path, **extra: str) -> dict[str, str]:
+    """The environment a benchmark runs trainstack's commands in: `tree`'s checkout (and its Hydra
+    plugins) first on PYTHONPATH, bytecode written, W&B off, plus `extra`."""
+    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    out.update(PYTHONPATH=f"{tree}:{tree / 'plugins'}", WANDB_API_KEY="", **extra)
+    return out

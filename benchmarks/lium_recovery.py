@@ -247,6 +247,7 @@ def main() -> int:
             print(json.dumps(trials[-1]), flush=True)
     finally:
         b.close()
+        shutil.rmtree(tmp, ignore_errors=True)  # a benchmark leaves nothing behind
     out: dict = {"ttl_s": TTL, "heartbeat_s": 1.0, "worker_deadline_s": 4.0, "probe_s": 0.5, "backoff_s": [0.5, 2.0],
                  "trials": trials}
     for kind in dict.fromkeys(plan):

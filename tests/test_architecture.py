@@ -282,7 +282,7 @@ def test_an_install_older_than_the_group_reads_the_checkouts_pyproject(tmp_path,
     (stale / "entry_points.txt").write_text("[console_scripts]\ntrainstack = trainstack.cli:main\n")
     found, ours = features._scan([str(tmp_path)])
     assert found == {} and ours is False
-    monkeypatch.setattr(features, "_scan", lambda paths: ({}, False))
+    monkeypatch.setattr(features, "_scan", lambda paths, group=features.GROUP: ({}, False))
     assert set(features.declared()) == {"upstream", "hub", "http_env", "tiny", "inputs", "script_import", "evals", "export"}
 
 

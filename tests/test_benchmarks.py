@@ -19,8 +19,12 @@ BENCH = ROOT / "benchmarks"
 
 # script -> (result file, keys it must hold)
 SCRIPTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "dry_run_latency.py": ("dry_run.json", ("bare_hydra_median_s", "dry_run_median_s", "ratio", "help_ratio",
-                                            "sweep_points", "sweep_s")),
+    "dry_run_latency.py": ("dry_run.json", ("plain", "dry_run", "dry_run_vs_plain", "help_vs_cfg_job",
+                                            "plain_app_in_trainstack_venv_vs_without_trainstack",
+                                            "plain_app_in_trainstack_venv_vs_plain_venv")),
+    "sweep_scale.py": ("sweep_scale.json", ("gpu_recipe_lium", "cpu_default", "left_in_cwd")),
+    "status_scale.py": ("status_scale.json", ("floor_help", "status_per_run_cpu_ms", "compare_peak_rss_ratio")),
+    "launcher_overhead.py": ("launcher_overhead.json", ("launch", "trainer_alone", "launcher_cost")),
     "checkpoint_lookup.py": ("resume.json", ("lookup", "resume")),
     "compare_read.py": ("compare_read.json", ("runs", "steps", "read_seconds", "within_target")),
     "compare_status_runs.py": ("compare_status.json", ("runs", "rollouts_per_run", "compare_median_s",
@@ -75,11 +79,16 @@ def test_benchmark_runs_in_short_mode(script, tmp_path):
         pytest.skip(why)
     name, keys = SCRIPTS[script]
     out = tmp_path / "results"
+    scratch = tmp_path / "tmp"  # the script's temp dir: it must be empty again when the script ends
+    scratch.mkdir()
     recorded = (BENCH / "results" / name).read_bytes() if (BENCH / "results" / name).exists() else None
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_BENCH_OUT": str(out), "WANDB_API_KEY": ""}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_BENCH_OUT": str(out), "WANDB_API_KEY": "",
+           "TMPDIR": str(scratch)}
     res = subprocess.run([sys.executable, str(BENCH / script), "--quick"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"{script} exited {res.returncode}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    assert sorted(p.name for p in scratch.iterdir()) == [], f"{script} left these in its temp dir"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["results", "tmp"]), f"{script} left these in its cwd"
     result = json.loads((out / name).read_text())
     missing = [k for k in keys if k not in result]
     assert not missing, f"{script}: {name} lacks {missing}"

@@ -73,12 +73,15 @@ def test_old_cluster_keys_name_where_they_moved():
 
 
 def test_one_hydra_sweep_plugin_drives_every_launcher():
-    """hydra/launcher=<name> for every entry point is the one plugin; backends add no Hydra code."""
+    """hydra/launcher=<name> for every entry point is the one plugin; backends add no Hydra code.
+    trainstack registers the options before it composes (trainstack/hydra_entry.py), not the plugin scan."""
     from hydra.core.config_store import ConfigStore
 
     from hydra_plugins.trainstack_launchers.launcher import TARGET
+    from trainstack.hydra_entry import register_launchers
     from trainstack.launch import registry
 
+    register_launchers()
     options = ConfigStore.instance().repo["hydra"]["launcher"]
     for name in registry.names():
         node = options[f"{name}.yaml"].node

@@ -2,6 +2,8 @@
 summary at the end and a non-zero exit when a point failed, no empty folders from dry runs."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import files_under, run_py
@@ -24,10 +26,13 @@ def test_an_invalid_point_stops_the_sweep_before_anything_runs(tmp_path):
 
 
 def test_dry_run_sweep_leaves_nothing_behind(tmp_path):
-    """Not its point folders, and not Hydra's multirun/<date>/multirun.yaml (a dry sweep once left it)."""
+    """Not its point folders, and not Hydra's multirun.yaml (a dry sweep once left multirun/<date>/)."""
     res = run_py("-m", "algo.lr=1e-3,2e-3", "dry_run=true", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert files_under(tmp_path) == []
+    res = run_py("-m", "algo.lr=1e-3,2e-3", "dry_run=true", "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "sw").exists() and files_under(tmp_path) == []
 
 
 def test_a_point_whose_plugin_cannot_be_found_stops_the_sweep_first(tmp_path):
@@ -82,3 +87,29 @@ def test_a_slurm_dry_sweep_report_fits_80_columns(tmp_path):
     lines = (res.stdout + res.stderr).splitlines()
     assert not [ln for ln in lines if len(ln) > 80], lines
     assert "nothing submitted" in " ".join(ln.strip() for ln in lines)
+
+
+def test_a_dry_sweep_resolves_hydra_interpolations_per_point_and_writes_outputs_after_every_check(tmp_path):
+    """`run_id='s-${hydra:job.num}'` (the shared-run-id fix the sweep suggests) resolves against each point
+    while the sweep checks it; `output=` writes each point's command JSON, and only once every point passed."""
+    res = run_py("-m", "algo.lr=1e-3,2e-3", "dry_run=true", "run_id=s-${hydra:job.num}", "output=cmd.json",
+                 "hydra.sweep.dir=sw", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("ok ")] == ["s-0", "s-1"]
+    assert files_under(tmp_path) == ["cmd.json.0", "cmd.json.1"]
+    assert json.loads((tmp_path / "cmd.json.1").read_text())["run_id"] == "s-1"
+    bad = run_py("-m", "algo.lr=1e-3,2e-3", "dry_run=true", f"output={tmp_path}/cmd.json.0/cmd.json",  # under a file
+                 "hydra.sweep.dir=sw2", cwd=tmp_path)
+    assert bad.returncode == 2 and "output" in bad.stderr and "ok " not in bad.stdout, bad.stderr
+    assert files_under(tmp_path) == ["cmd.json.0", "cmd.json.1"]
+
+
+def test_a_dry_point_keeps_only_its_line():
+    """What the in-process launcher keeps of a checked dry point until every point is checked: strings,
+    never the point's config or run (a dry sweep's memory is flat in its points; benchmarks/sweep_scale.py)."""
+    import dataclasses
+
+    from trainstack.sweep_points import DryPoint
+
+    assert {f.name: f.type for f in dataclasses.fields(DryPoint)} == {
+        "line": "str", "output": "str | None", "output_json": "str | None"}

@@ -1,11 +1,11 @@
 """The Hydra task behind run.py: build the run, then dry-run it or launch it."""
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Any
 
-from trainstack.errors import ConfigErrors, report_and_exit
-from trainstack.resolve import CONF_DIR
+# trainstack's modules are imported inside the functions, after main() has deferred the collector.
 
 
 _CREATED_BY_HYDRA: list = []  # hydra.run.dir's directories that did not exist: removed again if the run is refused
@@ -14,7 +14,9 @@ _CREATED_BY_HYDRA: list = []  # hydra.run.dir's directories that did not exist: 
 def prepare_argv() -> None:
     """Check overrides before Hydra composes (exit 2 on unknown keys; dests become `++`)."""
     from trainstack import hydra_dirs
+    from trainstack.errors import ConfigErrors, report_and_exit
     from trainstack.overrides import normalise_argv
+    from trainstack.resolve import CONF_DIR
 
     argv = sys.argv[1:]
     if any("hydra.sweeper.objective=" in a for a in argv):  # one spelling for every sweeper (sweep_result.py)
@@ -32,36 +34,41 @@ def prepare_argv() -> None:
 def main() -> Any:
     """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
     --config-dir), then run_app builds, checks and launches. Nothing it prints shows a secret's value."""
+    from trainstack.pipes import quietly
     from trainstack.secrets import scrubbed_output
 
-    with scrubbed_output():
-        return _main()
+    gc.disable()  # start-up makes long-lived objects (modules, the tree): collecting over them was ~15% of a dry run
+    try:
+        with scrubbed_output():
+            return quietly(_main)  # `python run.py --help | head`: the reader left; ends quietly (trainstack/pipes.py)
+    finally:
+        gc.enable()
 
 
 def _main() -> Any:
     import hydra
 
     from trainstack.help_page import print_if_asked, register_prog
+    from trainstack.hydra_entry import register_launchers, run_single
     from trainstack.hydra_errors import guard
-    from trainstack.resolve import PRIMARY_CONFIG
+    from trainstack.resolve import CONF_DIR, PRIMARY_CONFIG
 
     if print_if_asked(sys.argv[1:], CONF_DIR):  # the help page without composing (trainstack/help_page.py)
         return None
     prepare_argv()
     register_prog()
     guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
+    register_launchers()
     app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
-    try:
-        if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
-            from trainstack.completion import complete
+    if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
+        from trainstack.completion import complete
 
-            return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
-        return app()
-    except BrokenPipeError:  # `python run.py --help | head`: the reader left
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return None
+        return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
+    if run_single(run_app, str(CONF_DIR), PRIMARY_CONFIG, sys.argv[1:], version_base="1.3"):
+        return None  # one run, composed once (trainstack/hydra_entry.py)
+    gc.freeze()  # what start-up made stays; a sweep's points are collected
+    gc.enable()
+    return app()
 
 
 def run_app(cfg: Any) -> Any:
@@ -80,15 +87,15 @@ def _run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from trainstack.pipeline import build, checked_point
+    from trainstack.errors import ConfigErrors, report_and_exit
+    from trainstack.pipeline import build
     from trainstack.resolve import Origin
 
     hc = HydraConfig.get()
     origin = Origin.from_hydra(hc)
     sweep = hc.mode == RunMode.MULTIRUN
-    known = checked_point(hc.job.num, origin) if sweep and cfg.dry_run else None  # checked with the sweep
     try:
-        run, cmd = (known.run, known.cmd) if known else build(cfg, origin)
+        run, cmd = build(cfg, origin)
     except ConfigErrors as err:
         report_and_exit(err)
     from trainstack.preflight import preflight
@@ -100,7 +107,7 @@ def _run_app(cfg: Any) -> Any:
             problem = output_problem(str(cfg.output), "output")
             if problem:
                 raise ConfigErrors([problem])
-        report = known.report if known else preflight(run, cmd, launching=not cfg.dry_run)
+        report = preflight(run, cmd, launching=not cfg.dry_run)
     except ConfigErrors as err:
         report_and_exit(err)
     if cfg.dry_run:
@@ -120,6 +127,7 @@ def _run_app(cfg: Any) -> Any:
             return RunResult(num=hc.job.num, run_id=run.run_id, run_dir=run.run_dir, state=CHECKED,
                              overrides=_shown(origin.overrides))
         return
+    gc.enable()  # a launch lives long (app.main defers the collector for the start-up only)
     from trainstack.display import print_summary
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.launch import registry

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import NoReturn
 
@@ -317,11 +316,16 @@ class _TopParser(_Parser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`trainstack ...`: whatever a command prints, no secret's value (trainstack/secrets.py)."""
+    """`trainstack ...`: whatever a command prints, no secret's value (trainstack/secrets.py); a reader that
+    leaves early (`trainstack ... | head`) ends it quietly (trainstack/pipes.py)."""
+    from trainstack.pipes import quietly
     from trainstack.secrets import scrubbed_output
 
-    with scrubbed_output():
-        return _main(argv)
+    def scrubbed() -> int:
+        with scrubbed_output():
+            return _main(argv)
+
+    return quietly(scrubbed)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -410,9 +414,8 @@ def _main(argv: list[str] | None = None) -> int:
         return ns.func(ns)
     except ConfigErrors as err:  # bad input or a corrupt run-dir file: one message, exit 2
         report_and_exit(err, command=None if ns.command in ("render", "exec") else ns.command)
-    except BrokenPipeError:  # `trainstack ... | head`: the reader left; not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:  # `trainstack ... | head`: the reader left (trainstack/pipes.py), not a file error
+        raise
     except OSError as ex:  # a file we were pointed at cannot be read or written (permissions, a full disk)
         from trainstack.errors import ConfigError
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.diff import flatten
-from trainstack.rundir import RunDir, layout
+from trainstack.rundir import layout
 from trainstack.rundir.targets import expand, run_ids
 from trainstack.secrets import redact
 from trainstack.errors import ConfigError, ConfigErrors
@@ -33,6 +33,34 @@ LOWER_IS_BETTER = ("loss", "kl", "grad_norm", "clipfrac", "truncated", "time")
 IGNORED_KEYS = ("run_id",)  # differs by construction
 
 
+_MISSING = object()  # a key a run's flattened config lacks
+
+
+class SharedFlat:
+    """Every run's flattened config kept as its differences from the first run's: a sweep's runs share
+    nearly every key, so a thousand runs hold about one config (compare's memory is flat in the runs)."""
+
+    def __init__(self) -> None:
+        self.base: dict[str, Any] | None = None
+        self.dests: dict[str, tuple[Any, str, bool]] | None = None  # the first run's
+
+    def diff(self, flat: dict[str, Any]) -> dict[str, Any]:
+        if self.base is None:
+            self.base = flat
+            return {}
+        out = {k: v for k, v in flat.items() if not _same(self.base.get(k, _MISSING), v)}
+        out.update({k: _MISSING for k in self.base if k not in flat})
+        return out
+
+    def full(self, diff: dict[str, Any]) -> dict[str, Any]:
+        out = {**(self.base or {}), **diff}
+        return {k: v for k, v in out.items() if v is not _MISSING}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
 @dataclass
 class RunRecord:
     run_id: str
@@ -42,6 +70,13 @@ class RunRecord:
     group: str | None = None
     metrics: RunMetrics = field(default_factory=RunMetrics)
     dests: dict[str, tuple[Any, str, bool]] = field(default_factory=dict)  # dest -> (value, namespace, command line?)
+    last_checkpoint: int | None = None  # its latest complete checkpoint (rundir/summary.py)
+    # once condensed (`condense`): each wanted metric's final/best, every metric's name, the rollouts; series dropped
+    condensed: dict[str, dict[str, Any]] | None = None
+    metric_names: set[str] = field(default_factory=set)
+    rollouts_done: int | None = None
+    shared: SharedFlat | None = None  # the config kept as a difference (`config` emptied)
+    flat_diff: dict[str, Any] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -50,10 +85,12 @@ class RunRecord:
     def rollouts(self) -> int | None:
         """Rollouts trained: what the run did (its metrics, one value per step, and its latest complete
         checkpoint), never the num_rollout a launch asked for."""
+        if self.condensed is not None:
+            return self.rollouts_done
         if self.run_dir is not None:
-            from trainstack.rundir.progress import progress
+            from trainstack.rundir.progress import rollouts_of
 
-            return progress(self.run_dir, self.metrics.series).rollouts
+            return rollouts_of(self.metrics.series, self.last_checkpoint)
         steps = [s for name, pts in self.metrics.series.items()
                  if step_key_for(name) == "rollout/step" and not name.startswith("eval/") for s, _ in pts]
         return int(max(steps)) + 1 if steps else None
@@ -61,10 +98,46 @@ class RunRecord:
     def flat(self) -> dict[str, Any]:
         """The config as dotted keys, every slime dest once (under `@dest`) with the value it ran with,
         whichever of model/algo/env/args said it."""
+        if self.shared is not None:
+            return self.shared.full(self.flat_diff)
         out = {k: v for k, v in flatten(self.config).items()
                if k.split(".", 1)[0] not in DEST_LAYERS or k.split(".", 2)[1:2] == ["meta"]}
         out.update({f"@{dest}": value for dest, (value, _, _) in self.dests.items()})
         return out
+
+    def share(self, shared: SharedFlat) -> None:
+        """Keep the config as its difference from the first run's (`shared`), and its dests' origins only
+        where they differ from the first run's."""
+        self.flat_diff = shared.diff(self.flat())
+        if shared.dests is None:
+            shared.dests = self.dests
+        else:
+            self.dests = {d: v for d, v in self.dests.items() if shared.dests.get(d) != v}
+        self.shared, self.config = shared, {"name": self.config.get("name")}
+
+    def dest(self, name: str) -> tuple[Any, str, bool] | None:
+        got = self.dests.get(name)
+        if got is None and self.shared is not None and self.shared.dests is not None and \
+                f"@{name}" not in self.flat_diff:  # the same as the first run's
+            got = self.shared.dests.get(name)
+        return got
+
+    def names(self) -> set[str]:
+        return set(self.metrics.series) | self.metric_names
+
+    def summary_of(self, metric: str) -> dict[str, Any]:
+        if self.condensed is not None and metric in self.condensed:
+            return self.condensed[metric]
+        return summarise(self.metrics.series.get(metric, []), metric)
+
+    def condense(self, wanted: Any, keep_series: bool) -> None:
+        """Each metric `wanted(name)` says yes to as its final and best values, every metric's name, and
+        the rollouts: all the table needs of a run, so its series can go (unless plotted)."""
+        self.rollouts_done = self.rollouts()
+        self.metric_names = {sys.intern(n) for n in self.metrics.series}  # one copy of each name for all runs
+        self.condensed = {m: summarise(pts, m) for m, pts in self.metrics.series.items() if wanted(m)}
+        if not keep_series:
+            self.metrics = RunMetrics(source=self.metrics.source)
 
 
 def lower_is_better(metric: str) -> bool:
@@ -72,17 +145,33 @@ def lower_is_better(metric: str) -> bool:
 
 
 # -- finding runs --------------------------------------------------------------------------------
+VIEW_FILES = (layout.CONFIG, layout.COMMAND, layout.ARGS, layout.PROVENANCE)
+
+
 def load_record(run_dir: Path) -> RunRecord:
-    rd = RunDir(run_dir)
-    config = rd.read(layout.CONFIG) or {}
-    command = rd.read(layout.COMMAND) or {}
-    argv = command.get("argv") or []
-    group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
+    """A run's record: its summary (rundir/summary.py), and its config, args and provenance from its
+    spec.json (one JSON parse; config.yaml, a YAML view of the same config, parses ten times slower),
+    else from their views (config.yaml, command.json, args.json, provenance.json), each file read once
+    (ConfigErrors naming a corrupt one)."""
+    from trainstack.rundir import summary
+
+    facts, files = summary.read_with(run_dir, (layout.SPEC,))
+    spec = files[layout.SPEC]
+    if isinstance(spec, dict):
+        config, args, provenance = spec.get("config"), spec.get("args"), spec.get("arg_sources") or {}
+        run_id = spec.get("run_id")
+        group = args.get("wandb_group") if isinstance(args, dict) else None
+    else:
+        views = summary.read_with(run_dir, VIEW_FILES)[1]
+        config, args, provenance = views[layout.CONFIG], views[layout.ARGS], views[layout.PROVENANCE] or {}
+        command = views[layout.COMMAND] or {}
+        argv = command.get("argv") or []
+        run_id = command.get("run_id")
+        group = argv[argv.index("--wandb-group") + 1] if "--wandb-group" in argv[:-1] else None
     config = redact(config) if isinstance(config, dict) else {}
-    args = rd.read(layout.ARGS)
-    provenance = rd.read(layout.PROVENANCE) or {}
-    return RunRecord(run_id=command.get("run_id") or config.get("run_id") or run_dir.name, run_dir=run_dir,
-                     config=config, status=rd.read(layout.STATUS) or {}, group=group,
+    return RunRecord(run_id=run_id or config.get("run_id") or run_dir.name, run_dir=run_dir,
+                     config=config, status=dict(facts.status), group=str(group) if group else None,
+                     last_checkpoint=facts.last_checkpoint,
                      dests=dest_values(config, redact(args) if isinstance(args, dict) else None, provenance))
 
 
@@ -135,12 +224,26 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
                                         "was the run deleted? pass --runs-root if the runs live elsewhere")
                             for r in missing])
     grouped = [runs_root / rid for rid in run_ids(runs_root)] if group else []
-    # metrics.jsonl is checked where it is read (attach_metrics): with TensorBoard files it is not
-    check.require_readable([r.run_dir for r in refs] + grouped, skip=(layout.METRICS,))
-    records = [load_record(r.run_dir) for r in refs]
+    # each file checked as it is read (metrics.jsonl where it is read: attach_metrics; with TensorBoard
+    # files it is not); the lease, which nothing here reads, checked as status checks it
+    errors: list[ConfigError] = []
+    loaded: dict[Path, RunRecord] = {}
+    shared = SharedFlat()
+    for run_dir in dict.fromkeys([r.run_dir for r in refs] + grouped):
+        try:
+            rec = loaded[run_dir] = load_record(run_dir)
+        except ConfigErrors as err:
+            errors += err.errors
+            continue
+        rec.share(shared)
+    errors += [e for d in loaded for e in check.problems(d, (layout.LEASE,))]
+    if errors:
+        raise ConfigErrors(errors)
+    from trainstack.rundir import summary
+    records = [loaded[r.run_dir] for r in refs]
     if group:
         for run_dir in grouped:
-            rec = load_record(run_dir)
+            rec = loaded[run_dir]
             if group in (rec.config.get("name"), rec.group) and rec.run_id not in {r.run_id for r in records}:
                 records.append(rec)
     from trainstack.status import run_states
@@ -149,7 +252,8 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
     for rec in records:
         state = states.get(str(rec.run_dir))
         if state is not None:
-            rec.status = {**rec.status, "state": state}
+            rec.status = {"state": state}  # all compare shows of it
+    summary.forget()  # every run's summary was read once; nothing holds a thousand of them
     return records
 
 
@@ -157,6 +261,16 @@ def collect(targets: list[str], group: str | None, runs_root: str | Path) -> lis
 def varying_keys(records: list[RunRecord]) -> list[str]:
     """Config keys whose values differ across the runs; a slime dest is one key (named by the
     namespace most runs set it in), whichever of model/algo/env/args each run set it under."""
+    shared = records[0].shared if records else None
+    if shared is not None and shared.base is not None and all(r.shared is shared for r in records):
+        # every config is a difference from one base: only a key some difference holds can vary
+        held = dict.fromkeys(k for r in records for k in r.flat_diff)
+        out = []
+        for k in (k for k in dict.fromkeys([*shared.base, *held]) if k in held and k not in IGNORED_KEYS):
+            values = {json.dumps(_flat_value(r, k, shared.base), sort_keys=True, default=str) for r in records}
+            if len(values) > 1:
+                out.append(k)
+        return out
     flat = [r.flat() for r in records]
     keys = list(dict.fromkeys(k for f in flat for k in f))
     out = []
@@ -169,13 +283,18 @@ def varying_keys(records: list[RunRecord]) -> list[str]:
     return out
 
 
+def _flat_value(r: RunRecord, key: str, base: dict[str, Any]) -> Any:
+    v = r.flat_diff.get(key, base.get(key))
+    return None if v is _MISSING else v
+
+
 def column_name(key: str, records: list[RunRecord]) -> str:
     """`@lr` -> `algo.lr`: the namespace the runs set it in on the command line (what the user typed to
     vary it), else the one most runs set it in."""
     if not key.startswith("@"):
         return key
     dest = key[1:]
-    said = [r.dests[dest] for r in records if dest in r.dests]
+    said = [d for d in (r.dest(dest) for r in records) if d is not None]
     typed = [ns for _, ns, cli in said if cli] or [ns for _, ns, _ in said]
     if not typed:
         return f"args.{dest}"
@@ -183,7 +302,7 @@ def column_name(key: str, records: list[RunRecord]) -> str:
 
 
 def select_metrics(patterns: list[str] | None, records: list[RunRecord]) -> list[str]:
-    names = sorted({n for r in records for n in r.metrics.series})
+    names = sorted({n for r in records for n in r.names()})
     out: list[str] = []
     for pat in patterns or DEFAULT_METRICS:
         hits = [n for n in names if fnmatch.fnmatchcase(n, pat)] if any(c in pat for c in "*?[") else [pat]
@@ -211,16 +330,18 @@ def build_table(records: list[RunRecord], metrics: list[str], sort: str | None =
     keys = [names[k] for k in raw_keys]
     rows: list[dict[str, Any]] = []
     for r in records:
-        flat = r.flat()
-        rows.append({"run_id": r.run_id, "config": {names[k]: flat.get(k) for k in raw_keys}, "status": r.state,
+        flat = r.flat_diff if r.shared is not None else r.flat()
+        base = r.shared.base or {} if r.shared is not None else {}
+        config = {names[k]: _flat_value(r, k, base) if r.shared is not None else flat.get(k) for k in raw_keys}
+        rows.append({"run_id": r.run_id, "config": config, "status": r.state,
                      "rollouts": r.rollouts(), "source": r.metrics.source,
-                     "metrics": {m: summarise(r.metrics.series.get(m, []), m) for m in metrics}})
+                     "metrics": {m: r.summary_of(m) for m in metrics}})
     if sort:
-        if sort in metrics or sort in {n for r in records for n in r.metrics.series}:
+        if sort in metrics or sort in {n for r in records for n in r.names()}:
             val = lambda row: row["metrics"].get(sort, {}).get("final") if sort in row["metrics"] else None  # noqa: E731
             if sort not in metrics:
                 for row, r in zip(rows, records):
-                    row["metrics"][sort] = summarise(r.metrics.series.get(sort, []), sort)
+                    row["metrics"][sort] = r.summary_of(sort)
                 metrics = [*metrics, sort]
         elif sort in ("run_id", "status", "rollouts"):
             val = lambda row: row[sort]  # noqa: E731
@@ -362,14 +483,35 @@ def plot(records: list[RunRecord], metrics: list[str], out: str) -> dict[str, Pa
 
 # -- sources -------------------------------------------------------------------------------------
 def attach_metrics(records: list[RunRecord], source: str, project: str | None = None, entity: str | None = None,
-                   group: str | None = None, base_url: str | None = None) -> list[RunRecord]:
+                   group: str | None = None, base_url: str | None = None, condense: Any = None) -> list[RunRecord]:
+    """Each record's metrics from `source`. `condense`: (which metrics to keep as final/best, keep the
+    series?): each run's series is summed up as it is read and dropped (RunRecord.condense), so a
+    thousand runs' metrics are never held at once."""
     if source != "wandb":
+        from trainstack.metrics.jsonl import add
         from trainstack.rundir import check
 
+        from trainstack.metrics import finish
+
+        def jsonl_checked(run_dir: Path) -> dict:  # metrics.jsonl read, checked and parsed once
+            raw: dict[str, dict[float, float]] = {}
+            for rec in check.jsonl_records(run_dir, layout.METRICS):
+                add(raw, rec)
+            return finish(raw)
+
+        errors: list[ConfigError] = []
         for r in records:
-            r.metrics = read_local(r.run_dir, source) if r.run_dir else RunMetrics(source="none")
-        used_jsonl = [r.run_dir for r in records if r.run_dir and r.metrics.source in ("jsonl", "none")]
-        check.require_readable(used_jsonl, skip=tuple(n for n in check.SHAPE_BY_NAME if n != layout.METRICS))
+            try:
+                r.metrics = read_local(r.run_dir, source, jsonl_checked) if r.run_dir else RunMetrics(source="none")
+                if r.run_dir and r.metrics.source == "none" and source == "auto":  # nothing: its jsonl checked
+                    jsonl_checked(r.run_dir)
+            except ConfigErrors as err:
+                errors += err.errors
+                continue
+            if condense is not None:
+                r.condense(*condense)
+        if errors:
+            raise ConfigErrors(errors)
         return records
     if not project:
         raise ConfigErrors([ConfigError("--project", "--source wandb needs the W&B project",
@@ -389,6 +531,8 @@ def attach_metrics(records: list[RunRecord], source: str, project: str | None = 
     for r in records:
         if not r.metrics.source:
             r.metrics = RunMetrics(source="wandb (not found)")
+        if condense is not None:
+            r.condense(*condense)
     return records
 
 
@@ -413,8 +557,13 @@ def run_compare(ns: Any, out=None) -> int:
     if bad_outputs:
         raise ConfigErrors(bad_outputs)
     records = collect(targets, ns.group, ns.runs_root)
+    patterns = list(ns.metric or DEFAULT_METRICS) + ([ns.sort] if ns.sort else [])
+
+    def wanted(name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, p) if any(c in p for c in "*?[") else name == p for p in patterns)
+
     records = attach_metrics(records, ns.source, getattr(ns, "project", None), getattr(ns, "entity", None),
-                             ns.group, getattr(ns, "base_url", None))
+                             ns.group, getattr(ns, "base_url", None), condense=(wanted, bool(ns.plot)))
     if not records:
         raise ConfigErrors([ConfigError("--group" if ns.group else "compare", f"no runs found for group {ns.group!r} "
                                         f"under {ns.runs_root}" if ns.group else "no runs found",

@@ -169,20 +169,30 @@ def print_dry_run(run: ResolvedRun, cmd: SlimeCommand, file=None, report: "Repor
 
 def print_sweep_line(run: ResolvedRun, cmd: SlimeCommand, file=None) -> None:
     """One line per sweep point; the overrides fold under it to the terminal's width."""
+    print_folded_line(sweep_line(run, cmd), file)
+
+
+def sweep_line(run: ResolvedRun, cmd: SlimeCommand) -> str:
+    """A sweep point's line, unfolded: all a dry sweep keeps of a point until every point is checked."""
+    varying = [o.lstrip("+") for o in run.origin.overrides if not o.startswith(("dry_run", "hydra"))]
+    return f"ok  {run.run_id}  {len(cmd.argv)} tokens  {' '.join(varying)}".rstrip()
+
+
+def print_folded_line(text: str, file=None) -> None:
     from trainstack.tables import output_width
 
     out = file or sys.stdout
-    varying = [o.lstrip("+") for o in run.origin.overrides if not o.startswith(("dry_run", "hydra"))]
-    width = output_width(out)
-    text = f"ok  {run.run_id}  {len(cmd.argv)} tokens  {' '.join(varying)}".rstrip()
-    print("\n".join(fold(text, width, "", "      ")), file=out, flush=True)
+    print("\n".join(fold(text, output_width(out), "", "      ")), file=out, flush=True)
 
 
 def write_command_json(cmd: SlimeCommand, run: ResolvedRun, path: str) -> None:
     from trainstack.outputs import write_text
 
-    data = {"run_id": run.run_id, "name": run.name, **cmd.to_json()}
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text(path, command_json(cmd, run))
+
+
+def command_json(cmd: SlimeCommand, run: ResolvedRun) -> str:
+    return json.dumps({"run_id": run.run_id, "name": run.name, **cmd.to_json()}, indent=2, sort_keys=True) + "\n"
 
 
 def pasteable(override: str) -> str:

@@ -9,6 +9,9 @@ import nothing heavy at import time, so a dry run pays a few milliseconds for it
 A checkout whose installed metadata predates a feature (an editable install made before
 pyproject.toml gained the group) would silently lose that feature's checks and hooks; then the
 group is read from the checkout's own pyproject.toml instead.
+
+The launchers' group (`trainstack.launchers`, trainstack/launch/registry.py) is read the same way:
+each entry_points.txt is parsed once per process, for every group at once.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import importlib
 import os
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,16 +27,17 @@ GROUP = "trainstack.features"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
-def declared() -> dict[str, str]:
-    """name -> "module:function" for every installed feature (trainstack's own included)."""
-    found, ours = _scan(sys.path)
+def declared(group: str = GROUP) -> dict[str, str]:
+    """name -> "module:function" for every installed feature (trainstack's own included), or the
+    entries of another of trainstack's groups."""
+    found, ours = _scan(sys.path, group)
     if not ours:  # not installed, or installed from an older pyproject: the checkout says
-        for name, value in _from_pyproject().items():
+        for name, value in _from_pyproject(group).items():
             found.setdefault(name, value)
     return found
 
 
-def _scan(paths: list[str]) -> tuple[dict[str, str], bool]:
+def _scan(paths: list[str], group: str = GROUP) -> tuple[dict[str, str], bool]:
     """The group's entries in the distributions on `paths`, the first distribution of each name
     winning as importlib.metadata has it, and whether trainstack's own declares any. Read directly
     (entry_points.txt in each *.dist-info / *.egg-info): importing importlib.metadata and scanning
@@ -52,44 +57,46 @@ def _scan(paths: list[str]) -> tuple[dict[str, str], bool]:
             if dist in seen:
                 continue
             seen.add(dist)
-            entries = _group(os.path.join(entry or ".", meta, "entry_points.txt"))
+            entries = _groups(os.path.join(entry or ".", meta, "entry_points.txt")).get(group, {})
             ours = ours or (dist == "trainstack" and bool(entries))
             for name, value in entries.items():
                 found.setdefault(name, value)
     return found, ours
 
 
-def _group(path: str) -> dict[str, str]:
-    """One group of an entry_points.txt (an INI file: `[group]`, then `name = value` lines)."""
+@lru_cache(maxsize=None)
+def _groups(path: str) -> dict[str, dict[str, str]]:
+    """Every group of an entry_points.txt (an INI file: `[group]`, then `name = value` lines), read
+    once per process."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
         return {}
-    out: dict[str, str] = {}
-    inside = False
+    out: dict[str, dict[str, str]] = {}
+    inside: dict[str, str] | None = None
     for line in lines:
         line = line.strip()
         if line.startswith("["):
-            inside = line == f"[{GROUP}]"
-        elif inside and "=" in line and not line.startswith(("#", ";")):
+            inside = out.setdefault(line.strip("[]").strip(), {})
+        elif inside is not None and "=" in line and not line.startswith(("#", ";")):
             name, _, value = line.partition("=")
-            out[name.strip()] = value.strip()
+            inside[name.strip()] = value.strip()
     return out
 
 
-def _from_pyproject() -> dict[str, str]:
+def _from_pyproject(group: str = GROUP) -> dict[str, str]:
     if not PYPROJECT.is_file() or sys.version_info < (3, 11):
         return {}
     import tomllib
 
     with open(PYPROJECT, "rb") as f:
         data = tomllib.load(f)
-    return dict(data.get("project", {}).get("entry-points", {}).get(GROUP, {}))
+    return dict(data.get("project", {}).get("entry-points", {}).get(group, {}))
 
 
 def resolve(value: str) -> Callable[[Any], None]:
-    module, _, attr = value.partition(":")
+    module, _, attr = value.split("[", 1)[0].partition(":")  # `module:attr [extras]`, as importlib.metadata reads it
     obj = importlib.import_module(module.strip())
     for part in (attr.strip() or "register").split("."):
         obj = getattr(obj, part)

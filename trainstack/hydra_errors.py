@@ -202,6 +202,11 @@ def guard(packaged_conf: str) -> None:
         def explained() -> Any:
             try:
                 return func()
+            except BrokenPipeError:  # the reader of the output left (`| head`): not an error to report
+                from trainstack.pipes import silence
+
+                silence()
+                sys.exit(0)
             except Exception as ex:  # noqa: BLE001 - translated or re-raised to Hydra's reporter
                 if getattr(ex, "sweep_point_failed", False):  # a sweep's run failed (sweep_result.RunFailed)
                     print(str(ex), file=sys.stderr)

@@ -1,7 +1,6 @@
 """compose -> resolve -> validate -> render, as one call for the app, the CLI and tests."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
@@ -31,10 +30,13 @@ def compose(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple
 
     from trainstack.overrides import normalise_argv
 
+    from trainstack.hydra_entry import register_launchers
+
     conf = str(conf_dir or CONF_DIR)
     if conf_dir is not None:
         conf, overrides = config_dir_overrides(conf, overrides)
     normalised = normalise_argv(list(overrides), conf)
+    register_launchers()
     try:
         with initialize_config_dir(config_dir=conf, version_base="1.3", job_name="trainstack"):
             cfg = hydra_compose(config_name=PRIMARY_CONFIG, overrides=normalised, return_hydra_config=True)
@@ -69,33 +71,3 @@ def config_dir_overrides(conf_dir: str, overrides: Sequence[str]) -> tuple[str, 
 def build_from_overrides(overrides: Sequence[str] = (), conf_dir: str | None = None) -> tuple[ResolvedRun, SlimeCommand]:
     cfg, origin = compose(overrides, conf_dir)
     return build(cfg, origin)
-
-
-# ------------------------------------------------------------------------------------------
-# a sweep's points, checked once
-# ------------------------------------------------------------------------------------------
-@dataclass
-class CheckedPoint:
-    """A sweep point that was built and preflighted (as a dry run) before the first point ran."""
-
-    run: ResolvedRun
-    cmd: SlimeCommand
-    report: Any  # trainstack.preflight.Report
-
-
-_CHECKED: dict[tuple, CheckedPoint] = {}
-
-
-def _point_key(job_num: Any, origin: Origin) -> tuple:
-    return int(job_num), tuple(origin.overrides), str(origin.cwd)
-
-
-def remember_checked(job_num: Any, origin: Origin, point: CheckedPoint) -> None:
-    """The sweep launcher checks every point before the first one runs; a dry-run point's task then
-    prints that check's result instead of building and preflighting the same config again."""
-    _CHECKED[_point_key(job_num, origin)] = point
-
-
-def checked_point(job_num: Any, origin: Origin) -> CheckedPoint | None:
-    """The earlier check of this point (same job number, overrides and cwd), once; None if none."""
-    return _CHECKED.pop(_point_key(job_num, origin), None)

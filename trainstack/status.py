@@ -54,13 +54,13 @@ class Row:
 
 
 def _run_row(ref: RunRef) -> Row:
-    rd = RunDir(ref.run_dir)
-    slurm = rd.read(layout.SLURM, {}) or {}
-    overrides = ref.overrides if ref.overrides is not None else (rd.read(layout.OVERRIDES) or [])
-    from trainstack.launch.base import launcher_of_run
+    from trainstack.rundir import summary
 
+    facts = summary.cached(ref.run_dir)  # one small file per run (rundir/summary.py), read by collect
+    slurm = facts.slurm
+    overrides = ref.overrides if ref.overrides is not None else facts.overrides
     return Row(run_id=ref.run_id or slurm.get("run_id") or ref.run_dir.name, run_dir=str(ref.run_dir),
-               launcher=launcher_of_run(ref.run_dir),
+               launcher=facts.launcher,
                overrides=[str(o).lstrip("+") for o in overrides],
                job_id=str(ref.job_id or slurm.get("job_id") or "") or None,
                job_name=slurm.get("job_name"), logs=dict(ref.logs or slurm.get("logs") or {}))
@@ -90,28 +90,31 @@ def collect(targets: Sequence[str], runs_root: str = "runs",
     """Rows for sweep dirs, run dirs and run ids (in the order given); ConfigErrors for bad targets and
     for corrupt files in their run directories. `corrupt`: collect those per run instead (by run dir),
     each such row marked, so one broken run does not hide the others (`trainstack status`)."""
-    from trainstack.rundir import check
-    from trainstack.rundir.progress import require_readable_tails
+    from trainstack.rundir import check, summary
 
-    def readable(dirs: list[Path]) -> None:
-        check.require_readable(dirs, skip=(layout.METRICS,))
-        require_readable_tails(dirs)  # status reads only the end of metrics.jsonl
+    def readable(ref: RunRef) -> None:  # each run's summary: its files checked (and read) only when they changed
+        summary.read(ref.run_dir)
+        check.require_readable([ref.run_dir], skip=tuple(n for n in check.SHAPE_BY_NAME if n != layout.LEASE))
 
     refs = expand([locate(t, runs_root) for t in targets], runs_root)
-    if corrupt is None:
-        readable([r.run_dir for r in refs])
-        return [_run_row(ref) for ref in refs]
-    rows = []
+    rows, errors = [], []
     for ref in refs:
-        row = _run_row(ref)
         try:
-            readable([ref.run_dir])
+            readable(ref)
         except ConfigErrors as ex:
+            if corrupt is None:
+                errors += ex.errors
+                continue
             corrupt[str(ref.run_dir)] = ex.errors
             first = ex.errors[0]
             kind = "corrupt" if " is corrupt:" in first.problem else "unreadable"
-            row.problem = f"{kind}: {first.key.rsplit('/', 1)[-1]} (below)"
-        rows.append(row)
+            rows.append(Row(run_id=ref.run_id or ref.run_dir.name, run_dir=str(ref.run_dir),
+                            overrides=[str(o).lstrip("+") for o in ref.overrides or []],
+                            problem=f"{kind}: {first.key.rsplit('/', 1)[-1]} (below)"))
+            continue
+        rows.append(_run_row(ref))
+    if errors:
+        raise ConfigErrors(errors)
     return rows
 
 
@@ -143,9 +146,9 @@ def fill(rows: list[Row]) -> list[Row]:
     """Scheduler state, run state, what the run did (checkpoint, rollouts, reward), restarts; and the
     overrides that vary."""
     from trainstack.launch.registry import get
+    from trainstack.rundir import summary
     from trainstack.rundir.hub_state import hub_note
     from trainstack.rundir.liveness import judge
-    from trainstack.rundir.progress import progress
 
     for name, group in by_launcher(rows).items():  # what the runs logged where they ran, into their run dirs here
         try:
@@ -157,18 +160,17 @@ def fill(rows: list[Row]) -> list[Row]:
             r.state = r.problem
             continue
         rd = RunDir(r.run_dir)
-        st = rd.status()
+        facts = summary.cached(rd.path)  # status.json, progress, events: made from the run's files (rundir/summary.py)
+        st = facts.status
         r.state = judge(rd.path, st).text()  # "running" only while the lease names a live holder
-        done = progress(rd.path)
-        r.last_checkpoint, r.rollouts, r.target, r.reward = done.last_checkpoint, done.rollouts, done.target, done.reward
+        r.last_checkpoint, r.rollouts, r.target, r.reward = facts.last_checkpoint, facts.rollouts, facts.target, \
+            facts.reward
         hub = st.get("hub") or {}
         r.hub_pushed, r.hub_commit, r.hub_pending = hub.get("last_pushed"), hub.get("commit"), hub.get("pending")
-        events = rd.events()
-        note = hub_note(st, events) if r.state not in ("running", None) else None
-        r.state = f"{r.state}, {note}" if note else r.state  # e.g. "finished, hub: 0/2 pushed, 401"
-        r.resumed_from = [int(e["from_rollout"]) for e in events
-                          if e.get("event") == "resume" and isinstance(e.get("from_rollout"), int)]
-        r.restarts = max(sum(1 for e in events if e.get("event") in ("launch", "resume")) - 1, 0)
+        r.resumed_from, r.restarts = list(facts.resumed_from), facts.restarts
+        if isinstance(st.get("hub"), dict) and r.state not in ("running", None):  # a Hub-synced run's pushes
+            note = hub_note(st, rd.events())
+            r.state = f"{r.state}, {note}" if note else r.state  # e.g. "finished, hub: 0/2 pushed, 401"
         r.logs = {**r.logs, "trainer": str(rd.trainer_log)}
     for name, group in by_launcher([r for r in rows if not r.problem]).items():
         try:

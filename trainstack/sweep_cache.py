@@ -30,6 +30,7 @@ class SweepConfigCache:
         self._bases: dict[tuple[str, ...], bytes] = {}  # structural overrides -> pickled base config
         self._parsed: dict[str, Any] = {}  # override string -> Hydra's parsed Override
         self._ready: dict[tuple[str, ...], Any] = {}  # overrides -> a config composed and not yet taken
+        self._groups: dict[str, bool] = {}  # key -> is it a config group (the repository's answer, asked once)
         memoize_interpolation_parsing()
 
     @classmethod
@@ -47,10 +48,13 @@ class SweepConfigCache:
         key = override.key_or_group
         if "/" in key or "@" in key:
             return True
-        try:
-            return bool(self.loader.repository.group_exists(key))
-        except AttributeError:  # unknown loader: compose from scratch
-            return True
+        group = self._groups.get(key)
+        if group is None:
+            try:
+                group = self._groups[key] = bool(self.loader.repository.group_exists(key))
+            except AttributeError:  # unknown loader: compose from scratch
+                return True
+        return group
 
     def _parse(self, sweep_overrides: Sequence[str]) -> list[Any]:
         out = []

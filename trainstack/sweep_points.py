@@ -4,6 +4,7 @@ with a non-zero exit when any point failed."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -60,31 +61,89 @@ def plugin_problem(launcher_name: str) -> ConfigError | None:
                        f"add hydra/launcher={launcher_name} to the command line", value=launcher_name)
 
 
-def check_points(configs: Sequence[Any]) -> list[ConfigError]:
-    """Build and preflight every point; refuse points that share a run_id. Errors name the point.
-    A point on a launcher that needs its own sweep plugin stops the check at once: one message."""
-    from trainstack.pipeline import CheckedPoint, build, remember_checked
-    from trainstack.preflight import preflight
-    from trainstack.resolve import Origin
+@dataclass
+class DryPoint:
+    """What a dry point's check leaves until every point is checked: its line (and, with `output=`, its
+    command JSON), not the point, so a dry sweep's memory stays flat in its number of points."""
 
-    failed = PointErrors()
-    built: list[tuple[str, list[str]]] = []
-    for num, cfg in enumerate(configs):
+    line: str
+    output: str | None = None
+    output_json: str | None = None
+    num: int = 0  # the point's job number, run id and overrides: its answer to the sweeper (a CHECKED result)
+    run_id: str = ""
+    run_dir: str = ""
+    overrides: tuple[str, ...] = ()
+
+    def emit(self) -> None:
+        from trainstack import display
+
+        display.print_folded_line(self.line)
+        if self.output is not None and self.output_json is not None:
+            from trainstack.outputs import write_text
+
+            write_text(self.output, self.output_json)
+
+
+class PointChecker:
+    """Every point built and preflighted as it is composed (before the first one runs or prints); points
+    that would share a run_id refused; errors name the point. A point on a launcher that needs its own
+    sweep plugin stops the check at once (ConfigErrors with that one message)."""
+
+    def __init__(self) -> None:
+        self.failed = PointErrors()
+        self.built: list[tuple[str, list[str]]] = []
+
+    def check(self, cfg: Any) -> "DryPoint | Any | None":
+        """A dry point's DryPoint; a launch point's config (its task builds it again when it runs); None
+        when the point failed (in `errors()`)."""
+        from trainstack import display
+        from trainstack.pipeline import build
+        from trainstack.preflight import preflight
+        from trainstack.resolve import Origin
+        from trainstack.sweep_cache import set_hydra_config
+
+        set_hydra_config(cfg)  # `${hydra:job.num}` in a point's values resolves against this point
         origin = Origin.from_hydra(cfg.hydra)
-        failed.point()
+        num = int(cfg.hydra.job.num)
+        self.failed.point()
+        dry = bool(cfg.get("dry_run"))
+        output = str(cfg.output) if dry and cfg.get("output") else None
         try:
             run, cmd = build(cfg, origin)
             problem = plugin_problem(run.cluster.launcher)
             if problem:
-                return [problem]
-            report = preflight(run, cmd, launching=False)
+                raise _Stop(problem)
+            if output is not None:
+                from trainstack.outputs import output_problem
+
+                bad = output_problem(output, "output")
+                if bad:
+                    raise ConfigErrors([bad])
+            preflight(run, cmd, launching=False)
+        except _Stop:
+            raise
         except ConfigErrors as err:
-            failed.add(num, list(origin.overrides), err.errors)
-            continue
-        built.append((run.run_id, list(origin.overrides)))
-        if cfg.get("dry_run"):  # the point's task prints this check instead of repeating it
-            remember_checked(cfg.hydra.job.num, origin, CheckedPoint(run, cmd, report))
-    return failed.errors() + shared_run_id_errors(built)
+            self.failed.add(num, list(origin.overrides), err.errors)
+            return None
+        self.built.append((run.run_id, list(origin.overrides)))
+        if not dry:
+            return cfg
+        shown = tuple(str(o) for o in origin.overrides)
+        if output is None:
+            return DryPoint(display.sweep_line(run, cmd), num=num, run_id=run.run_id, run_dir=run.run_dir,
+                            overrides=shown)
+        return DryPoint(display.sweep_line(run, cmd), f"{output}.{num}", display.command_json(cmd, run), num=num,
+                        run_id=run.run_id, run_dir=run.run_dir, overrides=shown)
+
+    def errors(self) -> list[ConfigError]:
+        return self.failed.errors() + shared_run_id_errors(self.built)
+
+
+class _Stop(ConfigErrors):
+    """One problem that ends the check (it would repeat for every point)."""
+
+    def __init__(self, problem: ConfigError) -> None:
+        super().__init__([problem])
 
 
 def point_errors(num: int, overrides: list[str], errors: list[ConfigError]) -> list[ConfigError]:

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from trainstack.commander.reconciler import CommanderConfig, worker_log_path
@@ -123,7 +123,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
 
     @app.get("/v1/health", dependencies=[Depends(admin)])
     def health() -> dict[str, Any]:
-        return {"ok": True, "runs": len(store.runs()), "time": time.time()}
+        return {"ok": True, "runs": store.count(), "time": time.time()}
 
     # ------------------------------------------------------------------ runs (admin)
     @app.post("/v1/runs", dependencies=[Depends(admin)])
@@ -164,8 +164,10 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
         return {"run_id": body.run_id, "registered": True, "phase": "pending"}
 
     @app.get("/v1/runs", dependencies=[Depends(admin)])
-    def list_runs(sweep: Optional[str] = None) -> list[dict[str, Any]]:
-        return [r.public() for r in store.runs(sweep=sweep, with_pods=True)]
+    def list_runs(sweep: Optional[str] = None) -> Response:
+        """Every run's public record, as SQLite writes it (store.listing_json): building and encoding a
+        thousand records in Python held the interpreter while the workers waited to renew."""
+        return Response(store.listing_json(sweep), media_type="application/json")
 
     @app.get("/v1/runs/{run_id}", dependencies=[Depends(admin)])
     def read_run(run_id: str) -> dict[str, Any]:

@@ -206,6 +206,8 @@ class Reconciler:
         elif run.phase == "starting" and run.deadline is not None and now > run.deadline:
             self._set(run, "start_timeout", {"pod_id": run.pod_id}, phase="lost",
                       message=f"worker did not take its lease within {self.config.start_timeout_s:.0f} s")
+        elif run.phase not in ("lost", "pending", "provisioning"):
+            return  # a live run, nothing to do: the listing's record is all this tick needs (no re-read)
         run = self.store.run(run.run_id) or run
         if run.phase == "lost":
             self._remove_run_pods(run)

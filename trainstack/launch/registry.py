@@ -2,13 +2,13 @@
 
 Every launcher, trainstack's own included (pyproject.toml), is one entry point `name =
 module:Class`; another package adds one by declaring an entry point in that group, nothing in
-trainstack changes. The group is read once (cached); a launcher's module is imported only when
-that launcher is used. `cluster.launcher` accepts exactly these names.
+trainstack changes. The group is read once (cached; trainstack/features.py reads the installed
+metadata without importlib.metadata, which cost a dry run ~10 ms); a launcher's module is imported
+only when that launcher is used. `cluster.launcher` accepts exactly these names.
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from trainstack.errors import ConfigError, ConfigErrors
@@ -20,11 +20,11 @@ GROUP = "trainstack.launchers"
 
 
 @lru_cache(maxsize=1)
-def _entry_points() -> dict[str, EntryPoint]:
-    found: dict[str, EntryPoint] = {}
-    for ep in entry_points(group=GROUP):
-        found.setdefault(ep.name, ep)  # first on sys.path wins (an editable checkout over a stale install)
-    return found
+def _entry_points() -> dict[str, str]:
+    """name -> "module:Class"; the first distribution on sys.path wins (an editable checkout over a stale install)."""
+    from trainstack.features import declared
+
+    return declared(GROUP)
 
 
 def names() -> tuple[str, ...]:
@@ -38,13 +38,15 @@ def unknown(name: str, key: str = "cluster.launcher") -> ConfigError:
 
 @lru_cache(maxsize=None)
 def launcher_class(name: str) -> "type[Launcher]":
-    ep = _entry_points().get(name)
-    if ep is None:
+    value = _entry_points().get(name)
+    if value is None:
         raise ConfigErrors([unknown(name)])
     try:
-        cls = ep.load()
+        from trainstack.features import resolve
+
+        cls: "type[Launcher]" = resolve(value)  # type: ignore[assignment]
     except Exception as ex:  # a broken third-party launcher: say which, never a traceback
-        raise ConfigErrors([ConfigError("cluster.launcher", f"the launcher '{name}' ({ep.value}) cannot be "
+        raise ConfigErrors([ConfigError("cluster.launcher", f"the launcher '{name}' ({value}) cannot be "
                                         f"imported: {type(ex).__name__}: {ex}", "fix or reinstall the package "
                                         "that provides it", value=name)]) from None
     return cls

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 Series = dict[str, list[tuple[float, float]]]  # metric -> [(step, value)] sorted by step
 
@@ -77,20 +78,21 @@ def with_evals(series: Series, evals: Series) -> Series:
     return out
 
 
-def read_local(run_dir: str | Path, source: str = "auto") -> RunMetrics:
+def read_local(run_dir: str | Path, source: str = "auto", read_jsonl: Any = None) -> RunMetrics:
     """A run directory's metrics from one local source (or the first that has data), with its checkpoints'
-    eval-only results (evals.jsonl, `trainstack eval`)."""
+    eval-only results (evals.jsonl, `trainstack eval`); `read_jsonl`: metrics.jsonl's reader when the caller
+    checks the file as it reads it (compare)."""
     from trainstack.metrics.jsonl import read_evals
 
     run_dir = Path(run_dir)
-    found = _read_local(run_dir, source)
+    found = _read_local(run_dir, source, read_jsonl)
     evals = read_evals(run_dir)
     if evals:
         found.series = with_evals(found.series, evals)
     return found
 
 
-def _read_local(run_dir: Path, source: str) -> RunMetrics:
+def _read_local(run_dir: Path, source: str, read_jsonl: Any = None) -> RunMetrics:
     order = LOCAL_SOURCES if source == "auto" else (source,)
     for name in order:
         if name == "tensorboard":
@@ -103,7 +105,7 @@ def _read_local(run_dir: Path, source: str) -> RunMetrics:
             raise ValueError(f"not a local metric source: {name}")
         if source == "auto" and not mod.available(run_dir):
             continue
-        series = mod.read(run_dir)
+        series = read_jsonl(run_dir) if name == "jsonl" and read_jsonl is not None else mod.read(run_dir)
         if series or source != "auto":
             return RunMetrics(series=series, source=name)
     return RunMetrics(series={}, source="none")

@@ -168,6 +168,7 @@ class RunDir:
         line = json.dumps({"time": now_iso(), "event": event, "host": socket.gethostname(), "pid": os.getpid(),
                            **fields}, default=str)
         append_line(self.events_file, scrub(line))
+        self.refresh_summary()
 
     def events(self) -> list[dict]:
         """events.jsonl's records (a line cut by a kill, or anything not a JSON object, is skipped)."""
@@ -195,7 +196,14 @@ class RunDir:
         with locked(self.path / layout.STATUS_LOCK):
             status = {**self.status(), **fields, "updated_at": now_iso()}
             atomic_write(self.status_file, json.dumps(status, indent=1, sort_keys=True, default=str) + "\n")
+        self.refresh_summary()
         return status
+
+    def refresh_summary(self) -> None:
+        """summary.json made anew from the run's files (rundir/summary.py): status and compare read it."""
+        from trainstack.rundir.summary import refresh
+
+        refresh(self.path)
 
     def metric_series(self) -> dict[str, list[tuple[float, float]]]:
         """metrics.jsonl as {metric: [(step, value)]}, one value per step (the last written wins: a

@@ -153,42 +153,49 @@ SHAPE_BY_NAME = {s.name: s for s in SHAPES}
 
 def _problem(path: Path, shape: FileShape) -> str:
     """What is wrong with one file ("" when it is fine or absent)."""
+    return _parsed(path, shape)[1]
+
+
+def _parsed(path: Path, shape: FileShape) -> tuple[Any, str]:
+    """(the file's content, parsed: JSON/YAML data, a JSON-lines file's text; None when absent), and
+    what is wrong with it ("" when fine): one read and one parse serve the check and the reader."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return ""
+        return None, ""
     except IsADirectoryError:
-        return "it is a directory, not a file"
+        return None, "it is a directory, not a file"
     except OSError as ex:
-        return f"{CANNOT_READ} ({ex.strerror or ex})"
+        return None, f"{CANNOT_READ} ({ex.strerror or ex})"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return "it is not UTF-8 text"
+        return None, "it is not UTF-8 text"
     if shape.kind == "jsonl":
-        return _jsonl_problem(text, shape)
+        return text, _jsonl_problem(text, shape)
     if shape.kind == "text":
-        return "" if text.isprintable() or text.strip().isprintable() else "it holds control characters"
+        return text, "" if text.isprintable() or text.strip().isprintable() else "it holds control characters"
     if shape.kind.startswith("yaml"):
         import yaml
 
         try:
             data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when present
         except yaml.YAMLError as ex:
-            return f"it is not valid YAML ({str(ex).splitlines()[0]})"
+            return None, f"it is not valid YAML ({str(ex).splitlines()[0]})"
         except (ValueError, RecursionError):  # e.g. a huge number, deep nesting
-            return "it is not valid YAML"
+            return None, "it is not valid YAML"
     else:
         try:
             data = json.loads(text)
         except (ValueError, RecursionError) as ex:
-            return f"it is not valid JSON ({str(ex)[:80]})"
+            return None, f"it is not valid JSON ({str(ex)[:80]})"
     want = list if shape.kind == "yaml-list" else dict
     if data is None and shape.kind == "yaml-list":
         data = []
     if not isinstance(data, want):
-        return f"it holds {type(data).__name__}, not {'a list' if want is list else 'a JSON/YAML object'}"
-    return shape.check(data) if shape.check else ""
+        return None, f"it holds {type(data).__name__}, not {'a list' if want is list else 'a JSON/YAML object'}"
+    why = shape.check(data) if shape.check else ""
+    return (None if why else data), why
 
 
 def _jsonl_problem(text: str, shape: FileShape) -> str:
@@ -214,6 +221,27 @@ def _jsonl_problem(text: str, shape: FileShape) -> str:
     return ""
 
 
+def jsonl_records(run_dir: str | Path, name: str) -> list[dict]:
+    """A JSON-lines file's records, read and parsed once and checked as `file_problem` checks it (a
+    last line cut by a kill skipped); ConfigErrors naming it when corrupt; [] when absent."""
+    from trainstack.metrics.jsonl import parse_lines, records
+
+    shape = SHAPE_BY_NAME[name]
+    path = Path(run_dir) / name
+    if not path.exists():
+        return []
+    text, why = _parsed(path, FileShape(name, "text", shape.fix))  # read and decoded, not parsed yet
+    if not why or why == "it holds control characters":  # that is the text kind's own check, not this file's
+        lines = text.split("\n")
+        values = parse_lines(lines[:-1])  # every complete line in one parse
+        if values is not None and all(isinstance(v, dict) and not (shape.check and shape.check(v)) for v in values):
+            return values + records(lines[-1])
+        why = _jsonl_problem(text, shape)  # line by line: names the bad one
+        if not why:
+            return records(text)
+    raise ConfigErrors([ConfigError(str(path), f"{name} is corrupt: {why}", shape.fix.format(path=path))])
+
+
 def file_problem(run_dir: str | Path, name: str) -> ConfigError | None:
     """One file of the layout checked against its shape."""
     shape = SHAPE_BY_NAME[name]
@@ -224,6 +252,22 @@ def file_problem(run_dir: str | Path, name: str) -> ConfigError | None:
     if why.startswith(CANNOT_READ):  # permission denied, an I/O error: the file may be fine
         return ConfigError(str(path), f"{name} {why[3:]}", UNREADABLE.format(path=path))
     return ConfigError(str(path), f"{name} is corrupt: {why}", shape.fix.format(path=path))
+
+
+def load(run_dir: str | Path, names: Sequence[str]) -> dict[str, Any]:
+    """These files of a run directory, each read and parsed once and checked against its shape
+    (absent: None); ConfigErrors naming every corrupt one."""
+    out: dict[str, Any] = {}
+    errors = []
+    for name in names:
+        shape = SHAPE_BY_NAME[name]
+        path = Path(run_dir) / name
+        out[name], why = _parsed(path, shape)
+        if why:
+            errors.append(ConfigError(str(path), f"{name} is corrupt: {why}", shape.fix.format(path=path)))
+    if errors:
+        raise ConfigErrors(errors)
+    return out
 
 
 def problems(run_dir: str | Path, names: tuple[str, ...] | None = None) -> list[ConfigError]:

@@ -21,6 +21,7 @@ COMMAND_SH = "command.sh"
 EVENTS = "events.jsonl"
 STATUS = "status.json"
 STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
+SUMMARY = "summary.json"  # where the run stands, made from the files above (rundir/summary.py): status reads it
 METRICS = "metrics.jsonl"
 EVALS = "evals.jsonl"  # eval-only runs of this run's checkpoints (trainstack eval): their eval/* metrics per iteration
 LEASE = "lease.json"

@@ -78,27 +78,30 @@ class ReportedProgress:
                    metrics=dict(d["metrics"]) if isinstance(d.get("metrics"), dict) else None)
 
 
-def target_of(run_dir: Path) -> int | None:
+def target_of(run_dir: Path, spec: Any = None, args: Any = None) -> int | None:
     """num_rollout of the spec that last ran (spec.json, else args.json; a spec a SLURM relaunch stored
-    without training counts too: compare it with `rollouts`)."""
-    for name in (layout.SPEC, layout.ARGS):
-        data = read_json(run_dir / name)
+    without training counts too: compare it with `rollouts`). `spec`, `args`: those files already read."""
+    for name, data in ((layout.SPEC, spec), (layout.ARGS, args)):
+        data = read_json(run_dir / name) if data is None else data
         if isinstance(data, dict):
-            args = data.get("args") if name == layout.SPEC else data
-            if isinstance(args, dict) and _int(args.get("num_rollout")) is not None:
-                return _int(args["num_rollout"])
+            found = data.get("args") if name == layout.SPEC else data
+            if isinstance(found, dict) and _int(found.get("num_rollout")) is not None:
+                return _int(found["num_rollout"])
     return None
 
 
 def progress(run_dir: str | Path, series: dict[str, list[tuple[float, float]]] | None = None) -> Progress:
     """A run's progress; `series`: metrics already read (compare's source), else the end of metrics.jsonl
     (the writer appends steps in order, so the latest rollout and its reward are there)."""
+    return progress_of(Path(run_dir), read_json(RunDir(run_dir).spec_file), None, series)
+
+
+def progress_of(run_dir: Path, spec: Any, args: Any, series: dict[str, list[tuple[float, float]]] | None) -> Progress:
+    """`progress` from spec.json (and args.json) already read."""
     from trainstack.checkpoints import inspect
-    from trainstack.metrics import step_key_for
 
     rd = RunDir(run_dir)
     save = None
-    spec = read_json(rd.spec_file)
     if isinstance(spec, dict) and isinstance(spec.get("args"), dict) and isinstance(spec["args"].get("save"), str):
         save = spec["args"]["save"]
     state = inspect(save or str(rd.checkpoints))
@@ -106,14 +109,44 @@ def progress(run_dir: str | Path, series: dict[str, list[tuple[float, float]]] |
         from trainstack.metrics.jsonl import tail_series
 
         series = tail_series(rd.path, REWARD)
+    rewards = [v for _, v in series.get(REWARD, [])]
+    return Progress(last_checkpoint=state.latest_complete, rollouts=rollouts_of(series, state.latest_complete),
+                    target=target_of(rd.path, spec, args), reward=rewards[-1] if rewards else None, rewards=rewards)
+
+
+def rollouts_of(series: dict[str, list[tuple[float, float]]], last_checkpoint: int | None) -> int | None:
+    """Rollouts trained: distinct rollout steps logged (max + 1), at least the latest complete checkpoint + 1."""
+    from trainstack.metrics import step_key_for
+
     steps = {s for name, pts in series.items() if step_key_for(name) == "rollout/step" and not name.startswith("eval/")
              for s, _ in pts}
     rollouts = int(max(steps)) + 1 if steps else None
-    if state.latest_complete is not None:
-        rollouts = max(rollouts or 0, state.latest_complete + 1)
-    rewards = [v for _, v in series.get(REWARD, [])]
-    return Progress(last_checkpoint=state.latest_complete, rollouts=rollouts, target=target_of(rd.path),
-                    reward=rewards[-1] if rewards else None, rewards=rewards)
+    if last_checkpoint is not None:
+        rollouts = max(rollouts or 0, last_checkpoint + 1)
+    return rollouts
+
+
+def tail_checked(run_dir: Path, want: str) -> dict[str, list[tuple[float, float]]]:
+    """The series of the end of metrics.jsonl (as `progress` reads it), that end checked as
+    `require_readable_tails` checks it; the lines are read and parsed once for both."""
+    from trainstack.errors import ConfigError, ConfigErrors
+    from trainstack.metrics.jsonl import TAIL_BYTES, add, finish, records, tail, tail_series
+    from trainstack.rundir import check
+
+    path = run_dir / layout.METRICS
+    lines, whole = tail(path, TAIL_BYTES)
+    text = "\n".join(lines[:-1]) + "\n"
+    why = check._jsonl_problem(text, check.SHAPE_BY_NAME[layout.METRICS]) if len(lines) > 1 else ""
+    if why:
+        why = re.sub(r"^line (\d+)", rf"line \1 of its last {len(lines) - 1}", why)
+        raise ConfigErrors([ConfigError(str(path), f"{layout.METRICS} is corrupt: {why}",
+                                        check.METRICS_FIX.format(path=path))])
+    raw: dict[str, dict[float, float]] = {}
+    for rec in records("\n".join(lines)):
+        add(raw, rec)
+    if want in raw or whole:
+        return finish(raw)
+    return tail_series(run_dir, want)  # the last reward is further back: a wider window
 
 
 def require_readable_tails(run_dirs: list[Path] | list[str]) -> None:

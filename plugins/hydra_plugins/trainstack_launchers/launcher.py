@@ -17,7 +17,9 @@ An app whose config is not trainstack's is refused naming the launchers that run
 `hydra.launcher.<key>` accepts exactly the launcher's settings (trainstack/launch/<name>.py
 `Settings`; defaults declared there only), plus its `hydra_aliases`; its `hydra_refused` keys are
 refused naming the key that decides them. The ConfigStore entries are registered from the entry
-points' names, so scanning plugins imports no launcher.
+points' names by `register()`, which trainstack calls before it composes its own tree (run.py,
+`Run.compose`): Hydra's plugin scan, which imports this module in every Hydra app of the venv, reads
+no entry points and imports nothing of trainstack.
 """
 from __future__ import annotations
 
@@ -39,14 +41,12 @@ TARGET = "hydra_plugins.trainstack_launchers.launcher.TrainstackLauncher"
 
 
 def register() -> None:
+    """`hydra/launcher=<name>` for every trainstack launcher (trainstack.hydra_setup calls it)."""
     from trainstack.launch.registry import names
 
     for name in names():
         ConfigStore.instance().store(group="hydra/launcher", name=name, node={"_target_": TARGET, "launcher": name},
                                      provider="trainstack")
-
-
-register()
 
 
 class TrainstackLauncher(Launcher):
@@ -147,8 +147,10 @@ class TrainstackLauncher(Launcher):
                 run, cmd, spec, task_cfg = self.point_spec(launcher, overrides, given, num)
                 built.append((spec.run_id, shown))
                 points.append((num, shown, overrides, spec, task_cfg))
-                if task_cfg.get("dry_run"):
-                    dry_lines.append((run, cmd))
+                if task_cfg.get("dry_run"):  # its line only, as text
+                    from trainstack.display import sweep_line
+
+                    dry_lines.append(sweep_line(run, cmd))
                     continue
                 launcher.check(spec)
             except ConfigErrors as err:
@@ -179,9 +181,9 @@ class TrainstackLauncher(Launcher):
         if dry_lines:  # dry_run=true: every point checked and shown; nothing submitted
             from trainstack import display
 
-            for point, point_cmd in dry_lines:
-                display.print_sweep_line(point, point_cmd)
-            remove_fresh_sweep_dir(str(sweep_dir))  # Hydra's multirun.yaml: a dry run leaves nothing
+            for line in dry_lines:
+                display.print_folded_line(line)
+            remove_fresh_sweep_dir(str(sweep_dir))  # a dry sweep writes nothing (Hydra's multirun.yaml goes)
             return [self.returned(p, sr.CHECKED, write=False) for p in points]
         sweep_dir.mkdir(parents=True, exist_ok=True)
         t_built = time.perf_counter()
