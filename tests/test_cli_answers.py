@@ -113,6 +113,7 @@ def _runs_root_defaults(monkeypatch) -> dict[str, str]:
         raise SystemExit(0)
 
     monkeypatch.setattr(cli._Parser, "parse_args", capture)
+    monkeypatch.setattr(cli._Parser, "parse_known_args", capture)  # what main() calls (trailing positionals)
     with pytest.raises(SystemExit):
         cli.main(["status"])
     return seen

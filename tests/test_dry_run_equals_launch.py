@@ -43,7 +43,9 @@ INVALID = [
     ["args.rollout_batchsize=4"],
     ["cluster.num_nodes=0"],
     # the machine the trainer runs on (trainstack/preflight.py)
-    ["experiment=qwen3-4B-grpo-dapo"],  # no slime checkout, data or model here
+    ["experiment=qwen3-4B-grpo-dapo", "slime.root=/nonexistent/slime"],  # no slime checkout, data or model here
+    # (a Ray cluster that does not answer is the launch's to judge: it may be started after the dry run, which
+    # warns; tests/test_preflight.py)
     ["args.custom_rm_path=trainstack.nope.reward"],
     ["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"],
     # slime's plugin contract, checked in the trainer's interpreter (trainstack/plugin_probe.py)

@@ -127,7 +127,8 @@ def sweep(hydra_sweep_runner, tmp_path, *overrides: str, task=None):
                               temp_dir=tmp_path / "sw")
 
 
-DRY = {"local": ["dry_run=true"], "ray_job": ["dry_run=true"],
+REMOTE_RAY = "cluster.ray_job.address=http://10.255.255.1:8265"  # a cluster the launch reaches, not this dry run
+DRY = {"local": ["dry_run=true"], "ray_job": ["dry_run=true", REMOTE_RAY],
        "slurm": ["hydra.launcher.dry=true", "cluster=slurm_8xh100", "model=qwen3-4B"],
        "lium": ["dry_run=true", "cluster=lium_cpu", "cluster.lium.pod.image=you/trainstack-slime:0.1"]}
 
@@ -169,7 +170,7 @@ def test_a_sequential_sweeper_is_refused_once_before_anything_is_launched(hydra_
     """Optuna needs each point's result: a launcher that returns before its runs end is refused naming
     hydra.launcher.wait (a key that launcher has), a dry run naming dry_run."""
     monkeypatch.chdir(tmp_path)
-    for overrides, key in ((["hydra/launcher=ray_job", "hydra.launcher.wait=false"], "hydra.launcher.wait"),
+    for overrides, key in ((["hydra/launcher=ray_job", "hydra.launcher.wait=false", REMOTE_RAY], "hydra.launcher.wait"),
                            (["hydra/launcher=local", "dry_run=true"], "dry_run"),
                            (["dry_run=true"], "dry_run")):
         with pytest.raises(SystemExit) as ex:
@@ -192,7 +193,7 @@ def test_a_local_launcher_sweep_returns_each_runs_result_and_its_failure(hydra_s
     monkeypatch.chdir(tmp_path)
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    (plugins / "flaky.py").write_text("def reward(args, sample, **kwargs):\n    raise RuntimeError('down')\n")
+    (plugins / "flaky.py").write_text("async def reward(args, sample, **kwargs):\n    raise RuntimeError('down')\n")
     seen: list = []  # what the launcher answers the sweeper (Hydra's plugin scan reloads the launcher's module:
     instantiate = Plugins.instantiate_launcher  # its instance is wrapped, not its class)
 

