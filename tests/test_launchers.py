@@ -114,3 +114,14 @@ def test_a_ray_job_that_will_not_stop_is_a_ray_failure_not_bad_input(monkeypatch
         runner._retire_older_jobs()
     assert stopped == ["trainstack-r-e1"] and err.value.exit_code == 7
     assert "do not stop" in err.value.render() and "ray job stop" in err.value.render()
+
+
+def test_the_hydra_plugin_names_every_launcher_trainstack_ships():
+    """The plugin registers the shipped launchers by name at import (no trainstack import, no entry-point read):
+    its list is pyproject's `trainstack.launchers` group."""
+    import tomllib
+
+    from hydra_plugins.trainstack_launchers.launcher import BUILT_IN
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert sorted(BUILT_IN) == sorted(project["entry-points"]["trainstack.launchers"])
