@@ -58,6 +58,10 @@ ALLOWED: dict[tuple[str, str], str] = {
                                                         "passes through, not a slime flag",
     ("trainstack/tiny/rollout.py", "eval_datasets"): "an attribute slime's own validation sets from eval_prompt_data "
                                                        "(slime/utils/arguments.py _resolve_eval_datasets), not a CLI dest",
+    ("trainstack/tiny/limits.py", "eval_datasets"): "the same attribute slime sets from eval_prompt_data "
+                                                     "(slime/utils/arguments.py _resolve_eval_datasets), not a CLI dest",
+    ("trainstack/script_import/plan.py", "pythonpath"): "a launch script's PYTHONPATH, imported as "
+                                                        "runtime_env.pythonpath (trainstack's setting), not a slime dest",
     ("trainstack/compare.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
     ("trainstack/inputs/prepare.py", "meta"): "a dest namespace's `meta:` block (the model's source, not a flag)",
     ("trainstack/overrides.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",

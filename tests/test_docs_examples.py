@@ -125,7 +125,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/http_env.md
     "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5": (
         0, lambda out, cwd: "(finished, exit code 0)" in out and len(re.findall(  # GRPO's ~0 loss, not `+0.0000`
-            r"loss [+-]\d\.\de-\d+  gnorm \d", out)) == 5 and "loss +0.0000" not in out),
+            r"loss [+-]\d\.\de[-+]\d+  gnorm \d", out)) == 5 and "loss +0.0000" not in out),
     "trainstack env list": (0, "chain_sum"),
     "python run.py env=liveweb model=qwen3-4B cluster=lium_8xh100 cluster.lium.pod.image=you/trainstack-slime:0.1 dry_run=true":
         (0, "the generate function will use the env server at http://127.0.0.1:18080"),
@@ -139,14 +139,15 @@ EXPECT: dict[str, tuple[int, Check]] = {
     "python -m trainstack.tiny.arithmetic --out /tmp/arith": (0, "train: "),
     "python -m trainstack.tiny.init_model --save /tmp/tiny_init --num-layers 2 --hidden-size 64 "
     "--num-attention-heads 4 --ffn-hidden-size 256 --max-position-embeddings 32 --seed 1": (0, "133760 parameters"),
-    # docs/eval.md (its runs sit beside the README's; the lr-sweep is the README's)
+    # docs/eval.md (its own runs: followed alone or after any other doc)
     "python run.py run_id=evals-demo env.num_rollout=20 args.save_interval=10 eval.every=10":
         (0, lambda out, cwd: len((cwd / "runs" / "evals-demo" / "evals.jsonl").read_text().splitlines()) == 2),
     "trainstack eval evals-demo --all": (0, "done earlier"),
     "trainstack eval evals-demo --iter 19 args.n_samples_per_eval_prompt=8 args.eval_temperature=0.5": (0, "finished ("),
-    "trainstack eval multirun/lr-sweep": (0, "eval: 2 checkpoint(s)"),
-    "trainstack compare multirun/lr-sweep evals-demo --metric eval/arithmetic --plot evals.png":
-        (0, lambda out, cwd: (cwd / "evals.png").is_file() and "3 runs (multirun/lr-sweep, evals-demo" in out),
+    "python run.py run_id=evals-demo-lr algo.lr=2e-3 env.num_rollout=20 args.save_interval=10": (0, "(finished, exit code 0)"),
+    "trainstack eval evals-demo-lr --all": (0, "eval: 2 checkpoint(s)"),
+    "trainstack compare evals-demo evals-demo-lr --metric eval/arithmetic --plot evals.png":
+        (0, lambda out, cwd: (cwd / "evals.png").is_file() and "2 runs (evals-demo, evals-demo-lr" in out),
     "trainstack export evals-demo --to evals-demo-hf": (0, "exported evals-demo iter 19"),
     "python -c \"from transformers import AutoModelForCausalLM as M, AutoTokenizer as T; m, t = "
     "M.from_pretrained('evals-demo-hf'), T.from_pretrained('evals-demo-hf'); print(t.decode(m.generate(t('23+4=', "

@@ -86,8 +86,8 @@ def test_cpu_default_fits_and_ends_with_the_verdict(tmp_path, columns):
     assert all(p[-1] in SOFT_CHARS for p in save[:-1]), save  # folded after a `/` or `-`, never mid-word
     text = flat(lines)
     assert "16 prompts x 16 samples = 256 per rollout / global batch 128 = 2 optimizer steps per rollout" in text
-    assert "ckpts 6 (every 50 of 300 rollouts, and the last) x 1.2 MiB = 7.1 MiB;" in text and " free at " in text
-    assert "# unset (null or empty): name, output, objective, args, slime.entrypoint," in text  # one line, not a line each
+    assert "ckpts 6 (every 50 of 300 rollouts, and the last) x 1.5 MiB = 9.2 MiB;" in text and " free at " in text
+    assert "# unset (null or empty): name, output, objective, args, slime.root," in text  # one line, not a line each
     assert not [ln for ln in lines if re.match(r"\s*\w+: (null|\[\]|\{\})$", ln)]
 
 
@@ -124,7 +124,7 @@ def test_lium_preset_shows_its_price_and_a_sweep_fits(tmp_path):
     assert lines[-1].startswith("ok: ready to launch qwen3-4B-grpo-dapo-") and lines[-1].endswith(" on lium")
     summary = head(lines)
     assert summary["launcher"] == "lium: the trainer runs on a lium host" and "$25.00 per hour" in summary["cost"]
-    assert re.match(r"none \(7 host checks deferred to the lium host", summary["problems"]), summary
+    assert re.match(r"none \(8 host checks deferred to the lium host", summary["problems"]), summary
     short = dry_run(tmp_path, ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100",
                                "cluster.lium.pod.image=you/trainstack-slime:0.1"], 80, "short")
     assert short[0] == lines[0] and head(short) == summary and len(short) <= 20, short  # the block, nothing else

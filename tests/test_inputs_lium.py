@@ -32,14 +32,13 @@ RECIPE = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100", "cluster.lium.
 
 @pytest.fixture
 def image_slime():
-    """The stand-in slime where a pod sees it (the pod hides the host's /tmp), with the git HEAD of
-    slime's pinned commit (the pod's version check reads it)."""
-    from trainstack.argtable import load_table
+    """The stand-in slime where a pod sees it (the pod hides the host's /tmp), with the pinned slime's argument
+    files (the pod's version check identifies a checkout by their content) and its git HEAD."""
+    from tests.fakes import fake_slime_git
 
     root = Path("/var/tmp") / f"trainstack-image-slime-{uuid.uuid4().hex[:8]}"
     shutil.copytree(STUB, root)
-    (root / ".git").mkdir()
-    (root / ".git" / "HEAD").write_text(load_table().slime_commit + "\n")
+    fake_slime_git(root)
     (root / "Megatron-LM").mkdir()
     try:
         yield root

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_py
 from trainstack.argtable import TABLE_PATH
 from trainstack.upstream import realparse
 from trainstack.upstream.select import table_label
@@ -71,7 +71,6 @@ def test_without_the_stack_nothing_runs_and_the_dry_run_says_the_tables_were_use
     (fake / "megatron" / "__init__.py").write_text("")
     (fake / "sglang" / "__init__.py").write_text("")
     assert realparse.stack_present(SLIME, [str(fake)])  # the trainer's PYTHONPATH decides
-    from conftest import run_py
 
     res = run_py("experiment=qwen3-4B-grpo-dapo", f"slime.root={SLIME}", "dry_run=true", cwd=tmp_path)
     assert "slime's parser stack (Megatron-LM, SGLang) is not installed here: the command is checked against " \

@@ -97,7 +97,9 @@ def test_compare_reads_the_state_status_reads(tmp_path, monkeypatch, capsys):
                  status_says={"launcher": "lium"})
     real_get = registry.get
 
-    class Commander:
+    from trainstack.launch.base import Launcher
+
+    class Commander(Launcher):  # the interface's defaults (fetch_traces: nothing to bring back), status as lium's
         def status(self, rows):
             for r in rows:
                 r.state = "finished"

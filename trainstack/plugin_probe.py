@@ -245,6 +245,8 @@ def problems(facts: "HostFacts", plugins: list[tuple[str, str]]) -> list[ConfigE
                                 "run the trainer's interpreter by hand to see why (the command the dry run prints)")]
     if verdict.prelude_error is not None:
         e = verdict.prelude_error
+        if e.get("type") == "SlimeMissing":  # no slime source at slime.root: the host check's slime.root error says
+            return errors  # so, with the fix for this install (a clone, or the checkout's submodule)
         return errors + [_error(facts, first, asked[0][1], f"the trainer could not set up its imports before loading "
                                 f"plugins: {e['type']}: {e['message']}", "see the message; for slime's own modules "
                                 "fill the submodule (git submodule update --init slime)")]

@@ -50,6 +50,17 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]  # a checkout, or site-packag
 CONF_DIR = (Path(__file__).resolve().parent / "conf").resolve()
 PRIMARY_CONFIG = "config"  # conf/config.yaml: Hydra's config_name
 
+
+def _register_conf_resolvers() -> None:
+    """conf/'s own interpolations (`${trainstack_prog:}` in its help page) resolve wherever the tree is composed
+    and resolved whole (run.py, `Run.compose`, a Hydra harness): registered with the module that names the tree."""
+    from trainstack.help_page import register_prog
+
+    register_prog()
+
+
+_register_conf_resolvers()
+
 # Dests whose values are filesystem paths (rendered absolute: Ray workers run in a temp dir).
 PATH_DESTS = frozenset({
     "hf_checkpoint", "ref_load", "load", "save", "prompt_data",

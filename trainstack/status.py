@@ -155,6 +155,8 @@ def fill(rows: list[Row]) -> list[Row]:
             get(name).fetch_traces([r.run_dir for r in group])
         except ConfigErrors:
             pass
+        else:
+            summary.forget([r.run_dir for r in group])  # read again below: what came back is the run's truth
     for r in rows:
         if r.problem:  # a corrupt run dir: its files are not read (the errors are printed under the table)
             r.state = r.problem

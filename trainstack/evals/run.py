@@ -17,8 +17,10 @@ def check(spec: Any) -> None:
     from trainstack import hooks
 
     root = os.path.realpath(spec.data_root)
+    config = spec.config or {}
+    meta = {ns: dict((config.get(ns) or {}).get("meta") or {}) for ns in ("model", "algo", "env", "args")}
     run = SimpleNamespace(cluster=spec.cluster, entrypoint="train.py", args=spec.args, run_id=spec.run_id,
-                          source=lambda dest: spec.arg_sources.get(dest, ""))
+                          meta=meta, source=lambda dest: spec.arg_sources.get(dest, ""))
     made = lambda p: bool(spec.data_prepare) and os.path.realpath(p).startswith(root + os.sep)  # noqa: E731
     errors = [e for check_run in hooks.get(hooks.PREFLIGHT) for e in check_run(run, spec.slime_command(), made)]
     if errors:

@@ -186,6 +186,11 @@ def _jsonl(text: str | None) -> list[Any]:
     return out
 
 
-def forget() -> None:
-    """Drop what this process has read (tests that rewrite a run's files within one mtime tick)."""
-    _MEMO.clear()
+def forget(run_dirs: Sequence[str | Path] | None = None) -> None:
+    """Drop what this process has read: of these runs (their files were just brought back from where they ran:
+    `Launcher.fetch_traces`), else of every run (tests that rewrite a run's files within one mtime tick)."""
+    if run_dirs is None:
+        _MEMO.clear()
+        return
+    for d in run_dirs:
+        _MEMO.pop(str(Path(d)), None)

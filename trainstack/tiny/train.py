@@ -356,7 +356,7 @@ def _loss(value: float) -> str:
     (group-normalised advantages sum to 0 and the first step is on-policy: ratio 1), so `+0.0000` on every
     rollout said nothing: a value that small shows its magnitude (`-3.1e-09`), and the line carries the
     gradient norm, which is what moves the policy."""
-    return f"{value:+.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:+.1e}"
+    return f"{value:+.4f}" if abs(value) >= 1e-3 else f"{value:+.1e}"  # (an exact 0: +0.0e+00, its magnitude too)
 
 
 def _eval_line(ev: dict) -> str:

@@ -54,6 +54,10 @@ CITED: dict[tuple[str, str], tuple[Cite, ...]] = {
         Cite("slime/backends/megatron_utils/arguments.py", "165", "args.seq_length = 4096"),),
     ("upstream_rules", "weight_sync_settings"): (
         Cite("slime/utils/arguments.py", "2041-2075", "update_weight_disk_dir", (PIN, V031)),),
+    ("validate", "colocate_offload"): (
+        Cite("slime/utils/arguments.py", "1909", 'args.use_critic = args.advantage_estimator == "ppo"'),
+        Cite("slime/utils/arguments.py", "1961-1962", "if args.use_critic: args.offload_train = True"),
+    ),
     ("megatron_rules", "muon_optimizer"): (
         Cite("slime/backends/megatron_utils/arguments.py", "153", "args.use_distributed_optimizer = True"),),
 }

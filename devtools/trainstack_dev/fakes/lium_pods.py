@@ -135,6 +135,10 @@ class PodProcess:
             inner = home / Path(keep).relative_to("/root")
             inner.mkdir(parents=True, exist_ok=True)
             binds.append(f"mount --bind {shlex.quote(keep)} {shlex.quote(str(inner))}")
+        slime = _image_slime()
+        if slime is not None:  # the image's slime checkout at /root/slime, as docker/Dockerfile puts it there
+            (home / "slime").mkdir(exist_ok=True)
+            binds.append(f"mount --bind {shlex.quote(slime)} {shlex.quote(str(home / 'slime'))}")
         binds.append(f"mount --rbind {shlex.quote(str(home))} /root")
         if self.volume_dir is not None:
             binds.append(f"mount --bind {shlex.quote(str(self.volume_dir))} {POD_VOLUME}")
@@ -241,6 +245,15 @@ class PodProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
             time.sleep(0.05)
+
+
+def _image_slime() -> str | None:
+    """The slime checkout the image carries (docker/Dockerfile: /root/slime, its $TRAINSTACK_SLIME_ROOT and
+    the pods' `cluster.lium.pod.slime_root`): the trainstack checkout's submodule, when it is filled."""
+    import trainstack
+
+    sub = Path(trainstack.__file__).resolve().parents[1] / "slime"
+    return str(sub) if (sub / "slime" / "__init__.py").is_file() else None
 
 
 def _image_dirs_under(prefix: str) -> list[str]:
