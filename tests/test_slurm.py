@@ -470,9 +470,9 @@ def test_multinode_ray_bootstrap_two_tasks(tmp_path, cluster_up):
     ex = submitit.AutoExecutor(folder=str(tmp_path / "sub" / "%j"), cluster="slurm")
     ex.update_parameters(name="ts-test-runner", nodes=1, tasks_per_node=2, cpus_per_task=1, timeout_min=10)
     point = Point(run_id="ray-check", run_dir=spec.run_dir, overrides=[], cwd=str(tmp_path), needs_ray=True,
-                  num_nodes=2, gpus_per_node=0, cpus_per_node=1, metric=None, ray_timeout_s=90)
+                  num_nodes=2, gpus_per_node=0, cpus_per_node=1, metric=None, ray_timeout_s=180)
     runner_job = ex.submit(PointRunner(), point)
-    wait_jobs_done([two, missing, runner_job.job_id], timeout=240)
+    wait_jobs_done([two, missing, runner_job.job_id], timeout=420)  # 3 jobs in turn on 2 CPUs, under load
     results = runner_job.results()
     assert [r["rank"] for r in results] == [0, 1] and results[0]["code"] == 0, results
     assert '"127.0.0.2", "127.0.0.3"' in Path(runner_job.paths.stdout).read_text()

@@ -149,8 +149,9 @@ def start_node(task: TaskEnv, rendezvous: Path, num_cpus: int, num_gpus: int, he
 
 
 def wait_for_nodes(address: str, expected: dict[int, str], num_gpus_total: int, timeout_s: float,
-                   head: RayNode) -> list[dict]:
-    """Poll the GCS until every rank's node (and all GPUs) is registered; raise naming what is missing."""
+                   head: RayNode, head_log: Path | None = None) -> list[dict]:
+    """Poll the GCS until every rank's node (and all GPUs) is registered; raise naming what is missing (and,
+    from the rendezvous folder beside `head_log`, why a missing rank's node died)."""
     import ray
 
     deadline = time.monotonic() + timeout_s
@@ -163,12 +164,14 @@ def wait_for_nodes(address: str, expected: dict[int, str], num_gpus_total: int, 
             missing = {r: h for r, h in expected.items() if r not in ranks}
             if not missing and gpus >= num_gpus_total:
                 return nodes
-            if time.monotonic() > deadline or not head.alive():
+            gave_up = head_log is not None and bool(missing) and all((head_log.parent / f"rank{r}.failed").exists() for r in missing)
+            if time.monotonic() > deadline or not head.alive() or gave_up:
                 what = ", ".join(f"rank {r} (host {h})" for r, h in sorted(missing.items()))
                 raise RuntimeError(
-                    f"Ray cluster incomplete after {timeout_s:.0f} s: "
+                    f"Ray cluster incomplete after {timeout_s - max(0.0, deadline - time.monotonic()):.0f} s: "
                     + (f"missing node(s): {what}; " if missing else "")
-                    + f"{len(ranks)}/{len(expected)} nodes and {gpus:g}/{num_gpus_total} GPUs registered at {address}")
+                    + f"{len(ranks)}/{len(expected)} nodes and {gpus:g}/{num_gpus_total} GPUs registered at {address}"
+                    + ("".join(_rank_failure(head_log.parent, r) for r in sorted(missing)) if head_log else ""))
             time.sleep(1.0)
     finally:
         ray.shutdown()
@@ -193,7 +196,7 @@ def bootstrap_ray(task: TaskEnv, rendezvous: Path, num_cpus: int, gpus_per_node:
     nranks = expected_ranks or task.ntasks
     head_file = rendezvous / "head.json"
     if task.rank == 0:
-        for stale in (head_file, rendezvous / "done"):
+        for stale in (head_file, rendezvous / "done", *rendezvous.glob("rank*.failed")):
             stale.unlink(missing_ok=True)
         head = start_node(task, rendezvous, num_cpus, gpus_per_node, None)
         address = f"{node_ip(task)}:{gcs_port(head.argv)}"
@@ -203,7 +206,7 @@ def bootstrap_ray(task: TaskEnv, rendezvous: Path, num_cpus: int, gpus_per_node:
         else:  # one task per node: rank r runs on the r-th host of the allocation
             expected = dict(enumerate(task.hostnames[:nranks]))
         try:
-            wait_for_nodes(address, expected, gpus_per_node * nranks, timeout_s, head)
+            wait_for_nodes(address, expected, gpus_per_node * nranks, timeout_s, head, rendezvous / "ray-rank0.log")
         except BaseException:
             RayCluster(address, head, rendezvous).teardown()
             raise
@@ -220,13 +223,48 @@ def bootstrap_ray(task: TaskEnv, rendezvous: Path, num_cpus: int, gpus_per_node:
         time.sleep(0.5)
     if joined is None:
         raise RuntimeError(f"rank {task.rank}: no Ray head address in {head_file} after {timeout_s:.0f} s")
-    node = start_node(task, rendezvous, num_cpus, gpus_per_node, joined)
-    try:
-        while node.alive() and not (rendezvous / "done").exists():
-            time.sleep(0.5)
-    finally:
-        node.stop()
+    done = rendezvous / "done"
+    for attempt in range(1, NODE_STARTS + 1):
+        node = start_node(task, rendezvous, num_cpus, gpus_per_node, joined)
+        try:
+            while node.alive() and not done.exists():
+                time.sleep(0.5)
+        finally:
+            node.stop()
+        if done.exists() or time.monotonic() > deadline:
+            break
+        # the node died while rank 0 still waits: a port picked free and taken before Ray bound it, or a GCS
+        # that answered late. Start it again (the same rank resource: rank 0 counts it once it registers).
+        print(f"trainstack: rank {task.rank}: Ray node exited (code {node.proc.returncode}) before the run "
+              f"finished; start {attempt + 1}/{NODE_STARTS}", file=sys.stderr, flush=True)
+    if not done.exists():
+        _write_failure(rendezvous, task.rank, node.proc.returncode)
     return None
+
+
+NODE_STARTS = 3  # a worker rank's `ray start` tries before it leaves its log tail for rank 0's error
+
+
+def _log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _write_failure(rendezvous: Path, rank: int, code: int | None) -> None:
+    tail = _log_tail(rendezvous / f"ray-rank{rank}.log")
+    (rendezvous / f"rank{rank}.failed").write_text(f"exit code {code}\n{tail}")
+
+
+def _rank_failure(rendezvous: Path, rank: int) -> str:
+    """`; rank 1's Ray node exited ...: <log tail>` when that rank gave up, else nothing."""
+    try:
+        text = (rendezvous / f"rank{rank}.failed").read_text(errors="replace")
+    except OSError:
+        return ""
+    code, _, tail = text.partition("\n")
+    return f"; rank {rank}'s Ray node exited ({code}) {NODE_STARTS} times; its log ends:\n{tail}"
 
 
 def _read_json(path: Path) -> Any:
