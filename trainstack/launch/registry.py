@@ -9,12 +9,9 @@ only when that launcher is used. `cluster.launcher` accepts exactly these names.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import Any
 
 from trainstack.errors import ConfigError, ConfigErrors
-
-if TYPE_CHECKING:
-    from trainstack.launch.base import Launcher
 
 GROUP = "trainstack.launchers"
 
@@ -37,14 +34,16 @@ def unknown(name: str, key: str = "cluster.launcher") -> ConfigError:
 
 
 @lru_cache(maxsize=None)
-def launcher_class(name: str) -> "type[Launcher]":
+def launcher_class(name: str) -> Any:
+    """The launcher class (a trainstack.launch.base.Launcher) named `name`: its module imported on first use.
+    Typed loosely on purpose: the registry sits below the launchers it names."""
     value = _entry_points().get(name)
     if value is None:
         raise ConfigErrors([unknown(name)])
     try:
         from trainstack.features import resolve
 
-        cls: "type[Launcher]" = resolve(value)  # type: ignore[assignment]
+        cls = resolve(value)
     except Exception as ex:  # a broken third-party launcher: say which, never a traceback
         raise ConfigErrors([ConfigError("cluster.launcher", f"the launcher '{name}' ({value}) cannot be "
                                         f"imported: {type(ex).__name__}: {ex}", "fix or reinstall the package "
@@ -52,5 +51,5 @@ def launcher_class(name: str) -> "type[Launcher]":
     return cls
 
 
-def get(name: str) -> "Launcher":
+def get(name: str) -> Any:
     return launcher_class(name)()
