@@ -10,47 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.launch.base import Row
 from trainstack.rundir import RunDir, layout
 from trainstack.rundir.targets import RunRef, expand
-
-
-@dataclass
-class Row:
-    run_id: str
-    run_dir: str
-    overrides: list[str] = field(default_factory=list)
-    job_id: str | None = None
-    job_name: str | None = None
-    scheduler: str | None = None  # PENDING/RUNNING/COMPLETED/... or None without SLURM info
-    reason: str | None = None
-    state: str | None = None  # status.json state
-    last_checkpoint: int | None = None  # latest complete checkpoint in the run's checkpoint dir
-    rollouts: int | None = None  # rollouts trained (metrics deduplicated by step, or the checkpoint)
-    target: int | None = None  # num_rollout of the spec that last ran
-    reward: float | None = None  # rollout/raw_reward at the last rollout step
-    restarts: int = 0
-    resumed_from: list[int] = field(default_factory=list)
-    logs: dict[str, str] = field(default_factory=dict)
-    varying: list[str] = field(default_factory=list)
-    hub_pushed: int | None = None  # the iteration the Hub's pointer names (hub.repo_id runs)
-    hub_commit: str | None = None  # the commit that pointer was pushed in (Lium runs: as the commander knows it)
-    hub_pending: int | None = None  # selected, not pushed yet (the Hub is failing or slow)
-    launcher: str = "local"  # what the run was submitted with (its spec): it fills the rest and cancels the run
-    # Lium runs (from the commander): the pod, the lease epoch, the cost so far
-    pod: str | None = None
-    epoch: int | None = None
-    cost_usd: float | None = None
-    started: str | None = None  # the first launch (events.jsonl), ISO; status_view.add_timing fills it
-    seconds: float | None = None  # training time over every launch
-    problem: str | None = None  # a corrupt or unreadable file of the run dir: the row says so, nothing is read
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 def _run_row(ref: RunRef) -> Row:

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from trainstack.status import Row
+    from trainstack.launch.base import Row
     from trainstack.tables import Column
 
 RUN_ID_WHOLE = 21  # run ids up to this long are never folded; a longer one folds after a "-" (tables.py)

@@ -35,7 +35,7 @@ from trainstack.runspec import RunSpec
 from trainstack.userconfig import run_target
 
 if TYPE_CHECKING:
-    from trainstack.status import Row
+    from trainstack.launch.base import Row
 
 TERMINAL = ("finished", "failed", "cancelled", "paused")
 

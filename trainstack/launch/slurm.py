@@ -34,7 +34,7 @@ from trainstack.runspec import RunSpec
 from trainstack.schema import ClusterSpec
 
 if TYPE_CHECKING:
-    from trainstack.status import Row
+    from trainstack.launch.base import Row
 
 # Fields passed to sbatch as they are (submitit's `slurm_<name>` parameters).
 SBATCH_PASSTHROUGH = ("qos", "comment", "constraint", "exclude", "gres", "cpus_per_gpu", "gpus_per_task",
