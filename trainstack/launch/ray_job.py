@@ -110,7 +110,7 @@ class RayJobRunner:
         from ray.job_submission import JobSubmissionClient
 
         from trainstack.fence import ENV_EPOCH
-        from trainstack.launch.local import guarded
+        from trainstack.launch.process import guarded
 
         cmd = spec.slime_command()
         self.client = JobSubmissionClient(address)
