@@ -14,9 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.resolve import NON_TRAINING_DESTS
 
 MOVE_CONSENT = "launcher"  # resume.allow_changes=[launcher]: move the run to another launcher knowingly
 RUN_LENGTH = ("num_rollout",)  # what continuing a run changes
+
+
+def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items()
+            if k not in NON_TRAINING_DESTS and v is not None}
+
+
+def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    a, b = training_relevant(stored), training_relevant(current)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
 def launcher_of(run: Any) -> str | None:
@@ -61,8 +72,6 @@ def binding_errors(run: Any, stored: Any, resumable: bool = False) -> list[Confi
             f"with resume.allow_changes=[{MOVE_CONSENT}]", value=new, source=f"{run.run_dir}/spec.json"))
     stored_args = stored.get("args")
     if isinstance(stored_args, dict) and not resumable:
-        from trainstack.resume import config_changes
-
         changed = {k: v for k, v in config_changes(stored_args, run.args).items()
                    if k not in RUN_LENGTH and k not in allowed}
         if changed:

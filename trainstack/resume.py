@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from trainstack.checkpoints import CheckpointState, checkpoint_identity, inspect
 from trainstack import binding, hooks, published_history
+from trainstack.binding import config_changes, training_relevant
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.resolve import NON_TRAINING_DESTS
 from trainstack.identity import input_changes, inputs_of
 from trainstack.rundir import RunDir, layout
 from trainstack.rundir.layout import LOAD_FAILURES, iter_name
@@ -65,20 +65,10 @@ class ResumePlan:
         return f"resuming from rollout {self.checkpoint.latest_complete}{where} (next: {self.from_rollout})"
 
 
-def training_relevant(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in args.items()
-            if k not in NON_TRAINING_DESTS and v is not None}
-
-
 def training_identity(run: PlannedRun) -> dict[str, Any]:
     """What a checkpoint is trained under, as the resume plan compares it: written to
     `<save>/identity.json` at each launch and copied by every writer into each manifest."""
     return {"run_id": run.run_id, "args": training_relevant(run.args), "inputs": run.inputs}
-
-
-def config_changes(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    a, b = training_relevant(stored), training_relevant(current)
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
 def plan(run: PlannedRun, rundir: RunDir, *, dry: bool = False) -> ResumePlan:

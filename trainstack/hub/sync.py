@@ -225,7 +225,7 @@ class SyncWorker:
     def _job(self, i: int) -> PushJob:
         import socket
 
-        from trainstack.resume import training_relevant
+        from trainstack.binding import training_relevant
 
         spec_json = json.dumps(self.spec.to_json(), indent=1, sort_keys=True, default=str).encode()
         return PushJob(run_id=self.spec.run_id, iteration=i, save_dir=self.save_dir,
