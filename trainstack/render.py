@@ -17,7 +17,8 @@ from trainstack import argtable as at
 from trainstack import secrets
 from trainstack import slime_root
 from trainstack.backends import BACKENDS
-from trainstack.resolve import PROJECT_ROOT, ResolvedRun, wandb_run_id
+from trainstack.resolve import PROJECT_ROOT, ResolvedRun
+from trainstack.run_ids import wandb_run_id
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
 RAY_ADDRESS = "http://127.0.0.1:8265"
 

@@ -764,10 +764,3 @@ def add_managed_dests(merged: dict[str, Any], provenance: dict[str, str], layer_
         merged["custom_config_path"] = str(Path(run_dir) / layout.HTTP_ENV_CONFIG)
         provenance["custom_config_path"] = "trainstack: env.meta.http_env, written into the run dir at each launch"
         layer_of["custom_config_path"] = "args"
-
-
-def wandb_run_id(run_id: str) -> str:
-    """W&B run ids: at most 64 characters, none of / \\ # ? % :."""
-    if len(run_id) <= 64:
-        return run_id
-    return run_id[:55] + "-" + hashlib.sha1(run_id.encode()).hexdigest()[:8]

@@ -206,7 +206,7 @@ def eval_spec(source: Any, iteration: int, overrides: dict[str, Any], runs_root:
     command["run_id"] = run_id
     env = dict(command.get("env") or {})
     if env.get("WANDB_RUN_ID"):  # the eval's own W&B run, never the source's
-        from trainstack.resolve import wandb_run_id
+        from trainstack.run_ids import wandb_run_id
 
         env["WANDB_RUN_ID"] = wandb_run_id(run_id)
     command["env"] = env

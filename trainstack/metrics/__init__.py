@@ -62,8 +62,8 @@ def wandb_run_id(run_dir: Path | None, run_id: str) -> str:
 
 
 def derive_wandb_id(run_id: str) -> str:
-    """The id trainstack's launcher gives W&B (one definition: trainstack.resolve.wandb_run_id)."""
-    from trainstack.resolve import wandb_run_id as derive
+    """The id trainstack's launcher gives W&B (one definition: trainstack.run_ids.wandb_run_id)."""
+    from trainstack.run_ids import wandb_run_id as derive
 
     return derive(run_id)
 
