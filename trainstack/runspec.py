@@ -132,7 +132,7 @@ class RunSpec:
                               "restore the file from a copy, or relaunch the run from its config") from None
 
     def write(self, run_dir: str | Path | None = None) -> Path:
-        from trainstack.rundir import atomic_write
+        from trainstack.rundir.files import atomic_write
 
         path = Path(run_dir or self.run_dir) / layout.SPEC
         atomic_write(path, json.dumps(self.to_json(), indent=1, sort_keys=True, default=str) + "\n")

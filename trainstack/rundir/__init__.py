@@ -8,98 +8,39 @@ one O_APPEND write under flock, so events.jsonl lines never interleave.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import fcntl
-import itertools
 import json
 import os
 import socket
-import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Protocol
 
 from trainstack.rundir import layout
+from trainstack.rundir.files import append_line as append_line
+from trainstack.rundir.files import atomic_write as atomic_write
+from trainstack.rundir.files import locked as locked
+from trainstack.rundir.files import now_iso as now_iso
+from trainstack.rundir.files import read_json as read_json
+from trainstack.rundir.files import temp_name as temp_name
 from trainstack.secrets import scrub
-
-if TYPE_CHECKING:
-    from trainstack.runspec import RunSpec
 
 STATES = ("created", "running", "finished", "failed", "interrupted")
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+class StoredSpec(Protocol):
+    """What `RunDir.write_spec` stores of a run spec (trainstack/runspec.py's RunSpec): the run dir
+    names only this, so it sits below the spec that writes itself into it."""
 
+    run_id: str
+    name: str
+    config: dict[str, Any]
+    overrides: Any
+    args: dict[str, Any]
+    arg_sources: dict[str, Any]
+    choices: dict[str, Any]
 
-_TMP_SEQ = itertools.count()
-_THREAD_LOCKS: dict[str, threading.Lock] = {}  # per lock file: nesting two different locks cannot deadlock
-_THREAD_LOCKS_GUARD = threading.Lock()
+    def slime_command(self) -> Any: ...  # a trainstack.render.SlimeCommand
 
-
-def temp_name(path: Path) -> Path:
-    """A temp name next to `path` that no other process, thread or call uses: pid + thread + counter."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_TMP_SEQ)}.tmp")
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(path)
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(scrub(text))  # the last net: no secret value reaches a run-dir file
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-@contextmanager
-def locked(lock_file: Path) -> Iterator[None]:
-    """Exclusive across threads (a lock per lock file) and processes (flock on `lock_file`). A filesystem
-    without flock (ENOLCK) still serialises this process's threads."""
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with _THREAD_LOCKS_GUARD:
-        thread_lock = _THREAD_LOCKS.setdefault(os.path.abspath(lock_file), threading.Lock())
-    with thread_lock, open(lock_file, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        try:
-            yield
-        finally:
-            try:
-                fcntl.flock(f, fcntl.LOCK_UN)
-            except OSError:
-                pass
-
-
-def append_line(path: Path, line: str) -> None:
-    """One line at the end of `path` in one O_APPEND write under flock: concurrent writers (threads,
-    processes, hosts on a shared filesystem where O_APPEND alone is not atomic) never interleave."""
-    data = (line.rstrip("\n") + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:
-            pass
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)  # closing releases the flock
-
-
-def read_json(path: Path, default: Any = None) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return default
+    def write(self, run_dir: str | Path | None = None) -> Path: ...
 
 
 class RunDir:
@@ -144,7 +85,7 @@ class RunDir:
                 return default
         return read_json(path, default)
 
-    def write_spec(self, spec: "RunSpec") -> None:
+    def write_spec(self, spec: StoredSpec) -> None:
         """What the run is: spec.json (what `exec` runs) and its views for people and diff/compare."""
         import yaml
 
