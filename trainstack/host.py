@@ -293,7 +293,7 @@ def plugin_problems(facts: HostFacts) -> list[ConfigError]:
     script = slime_script(facts)
     plugins = [(dest, value) for dest, value in _plugins(facts)
                if not (value.startswith("slime.") and script is not None and not script.is_file())]  # reported once
-    errors = problems(facts, plugins) if plugins else []
+    errors = problems(facts, plugins, script) if plugins else []
     if facts.prepare_hook:  # run by the launcher (or the exec host) in its own interpreter, before the trainer
         why = locate(facts.prepare_hook, [os.getcwd(), *[p for p in sys.path if p]])
         if why:

@@ -30,13 +30,14 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainstack.errors import ConfigError
 from trainstack.plugin_paths import locate, renamed
 
-if TYPE_CHECKING:
-    from trainstack.host import HostFacts
+# `facts` below is the host check's trainstack.host.HostFacts, typed loosely: the host check asks this
+# module (it passes the slime script it found), never the other way round.
+HostFacts = Any
 
 CHILD = Path(__file__).with_name("plugin_contract.py")
 TIMEOUT_S = 180.0
@@ -103,13 +104,12 @@ class Verdict:
 _MEMO: dict[str, tuple[Verdict, dict[str, list[int] | None]]] = {}
 
 
-def probe_for(facts: "HostFacts", plugins: list[tuple[str, str]]) -> Probe:
-    """The probe of a run: the trainer's interpreter, environment, working directory and sys.path[0]."""
+def probe_for(facts: "HostFacts", plugins: list[tuple[str, str]], script: Path | None) -> Probe:
+    """The probe of a run: the trainer's interpreter, environment, working directory and sys.path[0]
+    (`script`: the slime entrypoint the launch would start, trainstack.host.slime_script)."""
     from trainstack.backends import BACKENDS
-    from trainstack.host import slime_script
 
     cmd = facts.command
-    script = slime_script(facts)
     path0 = str(script.resolve().parent) if script is not None else cmd.cwd
     backend = BACKENDS.get(facts.backend)
     return Probe(interpreter=cmd.entrypoint[0], cwd=cmd.cwd, path0=path0, runtime_env=dict(cmd.env),
@@ -231,14 +231,14 @@ def _child_version() -> list[int] | None:
 # ------------------------------------------------------------------------------------------
 # the verdict, told as config errors
 # ------------------------------------------------------------------------------------------
-def problems(facts: "HostFacts", plugins: list[tuple[str, str]]) -> list[ConfigError]:
+def problems(facts: "HostFacts", plugins: list[tuple[str, str]], script: Path | None) -> list[ConfigError]:
     """ConfigErrors for the plugins the trainer could not import or slime could not call ([] when all pass)."""
     syntax = [(d, v, why) for d, v in plugins if (why := _syntax(v))]
     errors = [_error(facts, d, v, why, "write it as package.module.function") for d, v, why in syntax]
     asked = [(d, v) for d, v in plugins if not _syntax(v)]
     if not asked:
         return errors
-    verdict = run(probe_for(facts, asked))
+    verdict = run(probe_for(facts, asked, script))
     first = asked[0][0]
     if verdict.failure:
         return errors + [_error(facts, first, asked[0][1], verdict.failure + "; the plugins could not be checked",
