@@ -15,7 +15,6 @@ sample's ``metadata.task_id`` picks one (``prepare`` writes the prompt files), o
 """
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
@@ -25,22 +24,14 @@ from typing import Any
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.http_env.envs import Started, Stepped, TaskError
-from trainstack.tiny.arithmetic import parse_answer, score
+from trainstack.tiny.arithmetic import CHAIN_TURNS, parse_answer, score
+from trainstack.tiny.arithmetic import chain_sums as tasks  # the tasks, numbered (the tiny tokenizer's corpus too)
 
-DEFAULT_TURNS = 2
+DEFAULT_TURNS = CHAIN_TURNS
 EVAL_FRACTION = 0.2
 DIR_NAME = "chain_sum"
 TOKENIZER_DIR = "tokenizer"  # <data_root>/chain_sum/tokenizer: the tiny model's tokenizer + chat template
 THINKING_TOKENIZER_DIR = "tokenizer-thinking"  # the same tokenizer with a Qwen3-style thinking template
-
-
-def tasks(turns: int = DEFAULT_TURNS) -> list[tuple[int, tuple[int, ...]]]:
-    """Every (start, addends) with ``turns`` addends whose running totals stay <= 9, in a fixed order."""
-    out = []
-    for digits in itertools.product(range(10), repeat=turns + 1):
-        if sum(digits) <= 9:
-            out.append((digits[0], tuple(digits[1:])))
-    return out
 
 
 def split(turns: int = DEFAULT_TURNS, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import itertools
 import os
 import random
 import re
@@ -91,6 +92,19 @@ def prepare(data_dir: str | os.PathLike) -> dict[str, str]:
     if not current:
         paths = write_task(d)
     return paths
+
+
+CHAIN_TURNS = 2  # chain_sum's default number of addends (trainstack/http_env/chain_sum.py)
+
+
+def chain_sums(turns: int = CHAIN_TURNS) -> list[tuple[int, tuple[int, ...]]]:
+    """chain_sum's tasks: every (start, addends) with ``turns`` addends whose running totals stay <= 9, in a
+    fixed order. Here, beside the arithmetic facts, because the tiny tokenizer's corpus holds both."""
+    out = []
+    for digits in itertools.product(range(10), repeat=turns + 1):
+        if sum(digits) <= 9:
+            out.append((digits[0], tuple(digits[1:])))
+    return out
 
 
 def parse_answer(response: str) -> int | None:

@@ -66,12 +66,10 @@ CONFIG_FILE = "tokenizer_config.json"
 
 def corpus() -> list[str]:
     """The tasks' text: arithmetic problems with answers, chain_sum conversations in both templates."""
-    from trainstack.http_env.chain_sum import tasks
-
-    from .arithmetic import problems
+    from .arithmetic import chain_sums, problems
 
     lines = [p["prompt"] + p["label"] for p in problems()]
-    for start, adds in tasks():
+    for start, adds in chain_sums():
         totals = [start + sum(adds[:i + 1]) for i in range(len(adds))]
         plain = f"{start}+{adds[0]}=" + "".join(f"{t}+{a}=" for t, a in zip(totals, adds[1:])) + str(totals[-1])
         lines += [plain, plain.replace("=", "=<think></think>")]
