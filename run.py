@@ -7,7 +7,7 @@
 
 Installed with pip, `trainstack run ...` is the same command.
 """
-from trainstack.app import main
+from trainstack.cli.app import main
 
 if __name__ == "__main__":
     main()

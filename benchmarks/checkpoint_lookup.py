@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 import benchlib  # noqa: E402
 
-from trainstack.checkpoints import inspect  # noqa: E402
+from trainstack.storage.checkpoints import inspect  # noqa: E402
 
 
 def lookup_benchmark(n: int = 1000) -> dict:

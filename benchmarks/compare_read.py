@@ -52,7 +52,7 @@ def generate(root: Path) -> Path:
 
 
 def main() -> int:
-    from trainstack.compare import attach_metrics, build_table, collect, select_metrics
+    from trainstack.reports.compare import attach_metrics, build_table, collect, select_metrics
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -135,7 +135,7 @@ SECOND = """
 import json, sys, time
 t0 = time.perf_counter()
 from trainstack.inputs.prepare import for_run, prepare
-from trainstack.pipeline import build_from_overrides
+from trainstack.render.pipeline import build_from_overrides
 run, cmd = build_from_overrides(json.loads(sys.argv[1]))
 sources, conv = for_run(run.config, run.args, run.cluster, "")
 result = prepare(sources, conv, log=lambda m: None)

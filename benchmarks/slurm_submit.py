@@ -42,7 +42,7 @@ def run_py(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProce
 
 
 def cancel(target: str, cwd: Path) -> None:
-    subprocess.run([PY, "-m", "trainstack.cli", "cancel", target], cwd=cwd, env=env(), capture_output=True)
+    subprocess.run([PY, "-m", "trainstack.cli.main", "cancel", target], cwd=cwd, env=env(), capture_output=True)
 
 
 def bench_submit(work: Path, points: int, array: bool) -> dict:

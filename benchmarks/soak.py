@@ -88,7 +88,7 @@ if _flag and _root:
 # at its tracker rename (the tiny trainer's stall hook) until released.
 STALLED_WRITER = '''
 import os, sys
-from trainstack.fence import Fence
+from trainstack.fencing.fence import Fence
 from trainstack.tiny.checkpoint import TrainState, save_checkpoint
 save, lease_file, token, epoch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 n = int(open(os.path.join(save, "latest_checkpointed_iteration.txt")).read().strip()) + 12
@@ -110,7 +110,7 @@ def _alive(pid: int) -> bool:
 
 
 def _members(pgid: int) -> list[int]:
-    from trainstack.lease import group_members
+    from trainstack.fencing.lease import group_members
 
     return group_members(pgid)
 

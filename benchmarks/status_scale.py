@@ -3,7 +3,7 @@
 One CPU smoke run is trained with `run.py` (or `--source-run DIR` is used), then linked into N run
 directories of one sweep manifest, each with its own run id, learning rate and spec (files that stay
 the same are hard links, the ones that differ are written anew). Each copy's summary.json is written as
-its lifecycle writes it (trainstack/rundir/summary.py), where the timed tree has one. Each command runs
+its lifecycle writes it (trainstack/run/rundir/summary.py), where the timed tree has one. Each command runs
 once to warm the page cache, then `reps` times; medians of wall and CPU seconds and the peak RSS
 (wait4) are recorded, per size, with the reference measured in the same run: the same command over 100
 runs (the per-run cost is the slope from 100 to 1,000) and `python -m trainstack --help` (the floor).
@@ -70,8 +70,8 @@ def copies(src: Path, root: Path, n: int) -> Path:
     sweep = root / "multirun" / "copies"
     sweep.mkdir(parents=True)
     (sweep / "sweep.json").write_text(json.dumps({"sweep_dir": str(sweep), "runs": runs}))
-    if (TREE / "trainstack" / "rundir" / "summary.py").exists():  # what each run's lifecycle writes
-        code = ("import sys\nfrom trainstack.rundir.summary import refresh\n"
+    if (TREE / "trainstack" / "run" / "rundir" / "summary.py").exists():  # what each run's lifecycle writes
+        code = ("import sys\nfrom trainstack.run.rundir.summary import refresh\n"
                 "for d in sys.argv[1:]:\n    refresh(d)\n")
         subprocess.run([sys.executable, "-c", code, *[r["run_dir"] for r in runs]], env=env(), check=True)
     return sweep

@@ -5,7 +5,7 @@
 # the commander starts the worker over SSH with the run's environment (docs/lium.md).
 set -e
 if [ "$#" -eq 0 ] && [ -n "${TRAINSTACK_RUN_ID:-}" ]; then
-  exec python3 -m trainstack.worker
+  exec python3 -m trainstack.launch.lium_worker
 fi
 if [ "$#" -eq 0 ]; then
   exec sleep infinity

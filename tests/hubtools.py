@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from trainstack.rundir.layout import TRACKER, iter_name
+from trainstack.storage.layout import TRACKER, iter_name
 
 
 def write_checkpoint(save: Path, n: int, payload: bytes | None = None, complete: bool = True,
@@ -33,8 +33,8 @@ def write_checkpoint(save: Path, n: int, payload: bytes | None = None, complete:
 
 def make_spec(tmp: Path, *overrides: str):
     """A real RunSpec (composed from conf/) whose run dir is under tmp, with Hub sync on."""
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.spec import RunSpec
 
     run, cmd = build_from_overrides([f"paths.runs_root={tmp}/runs", f"paths.data_root={tmp}/data",
                                      "hub.repo_id=team/ckpts", *overrides])

@@ -39,14 +39,14 @@ def test_doc_examples_run_as_written(tmp_path, monkeypatch, capsys):
     assert "env.num_rolout -> did you mean 'env.num_rollout'?" in out
     assert (tmp_path / "runs" / "api-demo" / "spec.json").is_file()
     # the same run as the CLI sees it
-    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "status", "api-demo", "--json"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "status", "api-demo", "--json"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert res.returncode == 0 and '"state": "finished"' in res.stdout, res.stdout + res.stderr
 
 
 def test_compose_matches_the_cli_and_errors_are_typed(tmp_path, monkeypatch):
     import trainstack
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     monkeypatch.chdir(tmp_path)
     run = trainstack.Run.compose(["algo.lr=2e-6"], experiment="cpu-smoke")
@@ -113,9 +113,9 @@ def test_a_failed_launch_raises_with_its_result(tmp_path, monkeypatch):
 
 def test_version_names_the_package_and_the_slime_commit():
     from trainstack import __version__
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
-    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "--version"], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "--version"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     commit = load_table().slime_commit
     assert res.stdout.strip() == f"trainstack {__version__} (slime argument table at commit {commit})"

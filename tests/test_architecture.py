@@ -1,5 +1,7 @@
 """The core knows no feature: core modules never import hub, http_env or tiny (features join through
-trainstack/hooks.py), and the hook points fire, in order, in a real dry run and a real tiny run."""
+trainstack/hooks.py); the core's folders stand in floors, a lower folder never importing a higher one
+(docs/architecture.md); features import no other feature but through hooks (the few listed by name); and the
+hook points fire, in order, in a real dry run and a real tiny run."""
 from __future__ import annotations
 
 import ast
@@ -18,12 +20,25 @@ from conftest import ROOT, run_py
 PKG = ROOT / "trainstack"
 FEATURES = ("trainstack.hub", "trainstack.http_env", "trainstack.tiny", "trainstack.inputs", "trainstack.script_import",
             "trainstack.evals", "trainstack.export")
-# The core: every top-level module of the package and the run dir's (the launchers too: a launcher
-# is a plugin of the core and knows no feature either).
-CORE = sorted([*PKG.glob("*.py"), *(PKG / "rundir").glob("*.py"), *(PKG / "launch").glob("*.py")])
+# The core's floors, lowest first (docs/architecture.md): a module may import its own folder, its floor and the
+# floors below, never one above. "base" is the top-level modules but the API (the package's face, `trainstack`,
+# counts as base: `from trainstack import __version__`); "api" is trainstack/api.py and __main__.py.
+BASE = ("__init__", "errors", "secrets", "features", "hooks", "extras", "procgroup", "registry")
+FLOORS = (("base",), ("terminal", "storage"), ("fencing", "upstream"), ("config",), ("metrics", "rules"), ("render",),
+          ("run",), ("preflight",), ("launch",), ("reports",), ("sweep",), ("cli",), ("api",))
+# The core: every top-level module of the package and every module of the core's folders (the launchers too: a
+# launcher is a plugin of the core and knows no feature either).
+CORE_DIRS = tuple(d for floor in FLOORS for d in floor if d not in ("base", "api"))
+CORE = sorted([*PKG.glob("*.py"), *(p for d in CORE_DIRS for p in (PKG / d).rglob("*.py"))])
 NOT_CORE: set[str] = set()
-CORE_NAMES = ("pipeline", "resolve", "validate", "render", "runspec", "lifecycle", "resume", "preflight", "schema",
-              "app", "display", "status", "cli", "host", "checkpoints", "hooks", "features", "sweep_points")
+CORE_NAMES = ("pipeline", "resolve", "validate", "command", "spec", "lifecycle", "resume", "checks", "schema",
+              "app", "display", "status", "main", "host_checks", "checkpoints", "hooks", "features", "points")
+# Features (and the commander, which serves the Lium launcher) may import the core; one feature imports another
+# only here, each by name and for what it reuses: the tiny model's files and arithmetic (its checkpoint, HF
+# export, tokenizer), the eval planner, the Hub client, the model metadata tool.
+OUTSIDE = (*(f.split(".")[1] for f in FEATURES), "commander", "tools", "sitehook")
+FEATURE_TIES = {("export", "tiny"), ("export", "evals"), ("export", "hub"), ("http_env", "tiny"), ("inputs", "tiny"),
+                ("inputs", "tools")}
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -52,7 +67,7 @@ def test_core_modules_import_no_feature():
 
 
 def test_the_import_check_sees_function_level_and_relative_imports(tmp_path):
-    probe = PKG / "rundir" / "_probe_for_test.py"  # a file inside the package, so relative imports resolve
+    probe = PKG / "launch" / "_probe_for_test.py"  # a file inside the package, so relative imports resolve
     probe.write_text("def f():\n    from trainstack.hub.restore import lookup\n    from ..http_env import rules\n"
                      "    import trainstack.tiny.cli\n")
     try:
@@ -60,6 +75,75 @@ def test_the_import_check_sees_function_level_and_relative_imports(tmp_path):
     finally:
         probe.unlink()
     assert "trainstack.hub.restore" in mods and "trainstack.http_env.rules" in mods and "trainstack.tiny.cli" in mods
+
+
+def room(module: str) -> str:
+    """The folder (or "base"/"api") a dotted module of trainstack stands in."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "base"  # the package's face
+    head = parts[1]
+    if head in BASE:
+        return "base"
+    if head in ("api", "__main__"):
+        return "api"
+    return head
+
+
+def module_of(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def trainstack_imports(path: Path) -> list[tuple[int, str]]:
+    """What a file imports of trainstack, as modules: `from trainstack.x import y` is trainstack.x.y when y is a
+    module (or package), else trainstack.x."""
+    out = []
+    for line, mod in imported_modules(path):
+        if mod.split(".")[0] != "trainstack":
+            continue
+        as_path = ROOT.joinpath(*mod.split("."))
+        if as_path.with_suffix(".py").is_file() or as_path.is_dir() or mod == "trainstack":
+            out.append((line, mod))
+    # a name imported from a module (trainstack.x.name) leaves trainstack.x, which is listed too
+    return out
+
+
+def floor_of(name: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if name in floor)
+
+
+def test_every_module_of_the_package_stands_in_a_floor_or_is_a_feature():
+    rooms = {room(module_of(p)) for p in PKG.rglob("*.py")}
+    placed = {d for floor in FLOORS for d in floor}
+    assert rooms <= placed | set(OUTSIDE), rooms - placed - set(OUTSIDE)
+    assert len(list(PKG.glob("*.py"))) <= 12  # the rest lives in folders by concern
+
+
+def test_a_lower_floor_never_imports_a_higher_one():
+    bad = []
+    for p in CORE:
+        # the package's face hands the API's names on when first asked (PEP 562): as an importer it stands with the API
+        src = "api" if p == PKG / "__init__.py" else room(module_of(p))
+        for line, mod in trainstack_imports(p):
+            dst = room(mod)
+            if dst in OUTSIDE or dst == src:
+                continue
+            if floor_of(dst) > floor_of(src):
+                bad.append(f"{p.relative_to(ROOT)}:{line} ({src}) imports {mod} ({dst})")
+    assert not bad, "a lower floor imports a higher one (move the name down, or pass it in):\n" + "\n".join(bad)
+
+
+def test_features_import_no_other_feature_but_the_listed_ties():
+    bad = []
+    for p in PKG.rglob("*.py"):
+        src = room(module_of(p))
+        if src not in OUTSIDE:
+            continue
+        for line, mod in trainstack_imports(p):
+            dst = room(mod)
+            if dst in OUTSIDE and dst != src and dst not in ("commander", "tools") and (src, dst) not in FEATURE_TIES:
+                bad.append(f"{p.relative_to(ROOT)}:{line} ({src}) imports {mod} ({dst})")
+    assert not bad, "a feature imports another (join through trainstack/hooks.py):\n" + "\n".join(bad)
 
 
 def test_features_are_found_through_the_entry_point_group():
@@ -77,7 +161,7 @@ def test_features_are_found_through_the_entry_point_group():
         reg.register(name, register)
     assert reg.features == sorted(reg.features)
     assert len(reg.get(hooks.RULES)) >= 20 and reg.get(hooks.PREFLIGHT) and reg.get(hooks.RESUME_LOOKUP)
-    from trainstack.upstream_rules import UPSTREAM
+    from trainstack.rules.upstream_rules import UPSTREAM
 
     assert reg.get(hooks.RULES)[: len(UPSTREAM)] == UPSTREAM  # built-in ports first (order=10), then features'
 
@@ -249,9 +333,10 @@ def test_a_dry_run_of_a_hub_synced_run_reads_no_network(tmp_path):
 
 def test_a_rule_registered_through_the_api_refuses_a_run(in_tmp):
     """validate.rules hooks join the core's rules (and validate.RULES, which the parse oracle reads)."""
-    from trainstack import hooks, validate
+    from trainstack import hooks
+    from trainstack.rules import validate
     from trainstack.errors import ConfigError, ConfigErrors
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     def no_big_lr(ctx):
         lr = ctx.get("lr")
@@ -279,7 +364,7 @@ def test_an_install_older_than_the_group_reads_the_checkouts_pyproject(tmp_path,
 
     stale = tmp_path / "trainstack-0.1.0.dist-info"
     stale.mkdir()
-    (stale / "entry_points.txt").write_text("[console_scripts]\ntrainstack = trainstack.cli:main\n")
+    (stale / "entry_points.txt").write_text("[console_scripts]\ntrainstack = trainstack.cli.main:main\n")
     found, ours = features._scan([str(tmp_path)])
     assert found == {} and ours is False
     monkeypatch.setattr(features, "_scan", lambda paths, group=features.GROUP: ({}, False))

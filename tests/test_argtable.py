@@ -1,5 +1,5 @@
 """The packaged copy of slime's argument table and how trainstack reads it."""
-from trainstack import argtable as at
+from trainstack.upstream import argtable as at
 
 
 def test_table_is_slimes_full_table():
@@ -52,7 +52,7 @@ def test_suggest_understands_typos_and_flag_spelling():
 
 
 def test_abbreviation_suggests_the_flag_it_abbreviates():
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     table = load_table()
     assert table.suggest("sglang_mem_frac") == ["sglang_mem_fraction_static"]
@@ -62,10 +62,10 @@ def test_abbreviation_suggests_the_flag_it_abbreviates():
 
 def test_every_slime_derived_data_file_is_from_the_tables_commit():
     """The table, its help texts, the model scripts and the run-identity review are facts about one slime
-    commit (the one the launch compares the checkout with: trainstack/slime_version.py)."""
+    commit (the one the launch compares the checkout with: trainstack/upstream/slime_version.py)."""
     import json
 
-    from trainstack.argtable import DATA_DIR
+    from trainstack.upstream.argtable import DATA_DIR
 
     commit = at.load_table().slime_commit
     assert len(commit) == 40

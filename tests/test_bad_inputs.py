@@ -3,7 +3,7 @@ and nothing written or launched."""
 import pytest
 
 from conftest import files_under, run_py
-from trainstack import cli
+from trainstack.cli import main as cli
 
 QWEN = "experiment=qwen3-4B-grpo-dapo"
 LIUM = [QWEN, "cluster=lium_8xh100", "cluster.lium.pod.image=you/trainstack-slime:0.1"]
@@ -220,7 +220,7 @@ BROKEN_FILES = {
 
 def test_errors_only_composition_finds_go_through_hydras_reporter(tmp_path):
     """A broken file selected by an experiment's defaults list (not by the command line, so the
-    override pre-check does not read it): Hydra's composition hits it; trainstack/hydra_errors.py turns
+    override pre-check does not read it): Hydra's composition hits it; trainstack/config/hydra_errors.py turns
     the error into one message naming the file. Also a --config-dir that does not exist."""
     conf = tmp_path / "my_conf"
     (conf / "algo").mkdir(parents=True)
@@ -330,7 +330,7 @@ def test_refused_sweep_leaves_nothing(tmp_path):
 ])
 def test_values_refused_by_mistake_are_accepted(argv, expected, in_tmp):
     """An int-looking run id is a name (the string), and one value for an append dest is one occurrence."""
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     run, cmd = build_from_overrides(argv)
     key, value = expected

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, SMALL_BATCH, run_py
-from trainstack.checkpoints import Manifest, inspect, problem_of, record_load_failure, write_identity
+from trainstack.storage.checkpoints import Manifest, inspect, problem_of, record_load_failure, write_identity
 from trainstack.errors import ConfigErrors
-from trainstack.resume import FRESH, RESUME, plan, training_identity
-from trainstack.rundir import RunDir
-from trainstack.rundir.layout import LOAD_FAILURES, PUBLISH_LOG, TRACKER
-from trainstack.schema import HubSpec, ResumeSpec
+from trainstack.run.resume import FRESH, RESUME, plan, training_identity
+from trainstack.run.rundir import RunDir
+from trainstack.storage.layout import LOAD_FAILURES, PUBLISH_LOG, TRACKER
+from trainstack.config.schema import HubSpec, ResumeSpec
 
 ARGS = {"num_rollout": 10, "lr": 1e-3, "seed": 1}
 
@@ -131,8 +131,8 @@ def test_a_run_that_published_never_restarts_from_zero(tmp_path, damage):
 
 
 def test_resume_mode_fresh_moves_everything_aside_and_later_launches_resume_the_new_run(tmp_path):
-    from trainstack.checkpoints import discard_all
-    from trainstack.published_history import FRESH_START, evidence
+    from trainstack.storage.checkpoints import discard_all
+    from trainstack.run.published_history import FRESH_START, evidence
 
     save = train(tmp_path, 2)
     moved = discard_all(str(save))
@@ -165,8 +165,8 @@ def test_a_publish_after_a_load_failure_makes_it_history(tmp_path):
 
 
 def test_megatron_checkpoints_get_a_manifest_with_identity_when_published(tmp_path):
-    """The fenced tracker write (trainstack/tracker_fence.py) describes what Megatron finalized."""
-    from trainstack.tracker_fence import publish_tracker
+    """The fenced tracker write (trainstack/fencing/tracker_fence.py) describes what Megatron finalized."""
+    from trainstack.fencing.tracker_fence import publish_tracker
 
     save = tmp_path / "checkpoints"
     write_identity(str(save), training_identity(Run(tmp_path)))
@@ -301,8 +301,8 @@ def test_a_megatron_load_failure_is_recorded_for_the_run_s_own_checkpoint_only(t
     import ast
     import types
 
-    from trainstack.checkpoints import load_failures
-    from trainstack.tracker_fence import MEGATRON_CONTRACT, MEGATRON_MODULE, patch
+    from trainstack.storage.checkpoints import load_failures
+    from trainstack.fencing.tracker_fence import MEGATRON_CONTRACT, MEGATRON_MODULE, patch
 
     src = (ROOT / "slime" / "slime" / "backends" / "megatron_utils" / "checkpoint.py").read_text()
     imports = {(n.module, a.name) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ImportFrom) for a in n.names}

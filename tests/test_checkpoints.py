@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainstack.checkpoints import Manifest, inspect, plan_recovery, problem_of
-from trainstack.rundir.layout import INCOMPLETE_DIR, TRACKER
+from trainstack.storage.checkpoints import Manifest, inspect, plan_recovery, problem_of
+from trainstack.storage.layout import INCOMPLETE_DIR, TRACKER
 
 TINY_FILES = ("model.pt", "optimizer.pt", "scheduler.pt", "rng.pt", "meta.json")
 
@@ -230,7 +230,7 @@ def test_the_tiny_trainer_writes_checksums_and_a_staged_cursor(tmp_path):
 
 class _Run:
     def __init__(self, run_dir, allow=()):
-        from trainstack.schema import HubSpec, ResumeSpec
+        from trainstack.config.schema import HubSpec, ResumeSpec
 
         self.run_id, self.run_dir, self.inputs = "r1", str(run_dir), {}
         self.args = {"save": str(run_dir / "checkpoints"), "num_rollout": 10}
@@ -239,8 +239,8 @@ class _Run:
 
 def test_a_lost_checkpoint_dir_of_a_run_that_recorded_checkpoints_is_refused(tmp_path):
     from trainstack.errors import ConfigErrors
-    from trainstack.resume import FRESH, plan
-    from trainstack.rundir import RunDir
+    from trainstack.run.resume import FRESH, plan
+    from trainstack.run.rundir import RunDir
 
     rd = RunDir(tmp_path)
     assert plan(_Run(tmp_path), rd).action == FRESH  # a new run
@@ -265,8 +265,8 @@ def test_a_staged_cursor_of_a_killed_save_is_moved_aside(tmp_path):
 
 
 def test_the_resume_plan_verifies_content_and_falls_back(tmp_path):
-    from trainstack.resume import RESUME, plan
-    from trainstack.rundir import RunDir
+    from trainstack.run.resume import RESUME, plan
+    from trainstack.run.rundir import RunDir
 
     save = tmp_path / "checkpoints"
     hashed_iter(save, 1)
@@ -302,8 +302,8 @@ def test_a_changed_config_is_refused_with_args_json_deleted(tmp_path, lost):
     import json
 
     from trainstack.errors import ConfigErrors
-    from trainstack.resume import RESUME, plan
-    from trainstack.rundir import RunDir
+    from trainstack.run.resume import RESUME, plan
+    from trainstack.run.rundir import RunDir
 
     save = tmp_path / "checkpoints"
     hashed_iter(save, 3)

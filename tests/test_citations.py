@@ -29,7 +29,7 @@ def citations() -> list[tuple[str, str, str, str]]:
     out = []
     for mod in RULE_MODULES:
         owner = ""
-        for line in (ROOT / "trainstack" / f"{mod}.py").read_text().splitlines():
+        for line in (ROOT / "trainstack" / "rules" / f"{mod}.py").read_text().splitlines():
             m = re.match(r"(?:async )?def (\w+)|(\w+) = ", line)
             if m:
                 owner = m.group(1) or m.group(2)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, files_under, run_py
-from trainstack import cli
+from trainstack.cli import main as cli
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -51,7 +51,7 @@ def test_an_env_server_port_out_of_range_or_taken(tmp_path):
 
 
 def test_an_unreadable_file_is_not_called_corrupt(tmp_path, monkeypatch):
-    from trainstack.rundir import check
+    from trainstack.run.rundir import check
 
     (tmp_path / "status.json").write_text('{"state": "finished"}')
     real = Path.read_bytes
@@ -68,7 +68,7 @@ def test_an_unreadable_file_is_not_called_corrupt(tmp_path, monkeypatch):
 
 
 def test_a_corrupt_spec_s_fix_is_to_move_it_aside_and_relaunch(tmp_path):
-    from trainstack.rundir import check
+    from trainstack.run.rundir import check
 
     (tmp_path / "spec.json").write_text("{bad")
     err = check.file_problem(tmp_path, "spec.json")
@@ -85,7 +85,7 @@ def _run_dir(root: Path, run_id: str, state: str = "finished") -> Path:
 
 
 def test_status_shows_the_readable_runs_and_names_the_broken_one(tmp_path, capsys):
-    from trainstack.status import run_status
+    from trainstack.reports.status import run_status
 
     _run_dir(tmp_path, "good")
     (_run_dir(tmp_path, "broken") / "spec.json").write_text("{bad")

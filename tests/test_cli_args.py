@@ -13,7 +13,7 @@ from conftest import ROOT
 
 def trainstack(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "trainstack.cli", *args], capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-m", "trainstack.cli.main", *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.parametrize("name", ["rollout_batch_size", "--rollout-batch-size"])
@@ -40,7 +40,7 @@ def test_unknown_flag_is_one_line_with_a_suggestion():
 
 def test_closed_pipe_is_not_a_traceback():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "trainstack.cli", "args", "--search", "s"],
+    proc = subprocess.Popen([sys.executable, "-m", "trainstack.cli.main", "args", "--search", "s"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.readline()
     proc.stdout.close()  # like `| head -1`

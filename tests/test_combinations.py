@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, run_py
 from tests.fakes import fake_gpu_host
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build, compose
+from trainstack.render.pipeline import build, compose
 
 GROUP_DIR = ROOT / "conf"
 

@@ -258,8 +258,8 @@ def test_worker_progress_reports_the_run_dirs_traces_and_the_hub_commit(tmp_path
     a changed metrics file is re-read."""
     import json
 
-    from trainstack.rundir import RunDir
-    from trainstack.worker import progress
+    from trainstack.run.rundir import RunDir
+    from trainstack.launch.lium_worker import progress
 
     rd = RunDir(tmp_path / "run")
     rd.path.mkdir()

@@ -148,7 +148,7 @@ def test_plot_csv_and_group(sweep, in_tmp):
     assert t["plot"]["rollout/raw_reward"]["x"] == "rollout/step" and t["plot"]["train/loss"]["x"] == "train/step"
     assert t["plot"]["rollout/raw_reward"]["y"] == "rollout/raw_reward" and t["plot"]["train/loss"]["y"] == "train/loss"
     assert t["plot"]["rollout/raw_reward"]["legend"] == {rid: f"algo.lr={lr:.4g}" for lr, rid in ids.items()}
-    from trainstack.compare import attach_metrics, collect, plot
+    from trainstack.reports.compare import attach_metrics, collect, plot
 
     records = attach_metrics(collect([str(sweep_dir)], None, "runs"), "auto")
     drawn = plot(records, ["rollout/raw_reward"], str(in_tmp / "p2.png"))
@@ -181,7 +181,7 @@ def test_bad_input_exit_2(sweep):
 
 
 def test_heavy_imports_stay_in_their_modules():
-    code = ("import sys, trainstack.compare, trainstack.diff, trainstack.metrics, trainstack.cli;"
+    code = ("import sys, trainstack.reports.compare, trainstack.reports.diff, trainstack.metrics, trainstack.cli.main;"
             "print(sorted(m for m in ('tensorboard', 'wandb', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
@@ -212,7 +212,7 @@ def test_docs_walkthrough_runs_for_real(tmp_path):
         if argv[:2] == ["python", "run.py"]:
             argv = [sys.executable, str(ROOT / "run.py"), *argv[2:]]
         elif argv[0] == "trainstack":
-            argv = [sys.executable, "-m", "trainstack.cli", *argv[1:]]
+            argv = [sys.executable, "-m", "trainstack.cli.main", *argv[1:]]
         p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert p.returncode in ((0, 1) if argv[3:4] == ["diff"] else (0,)), f"{cmd}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
         if "--json" in argv and "compare" in argv:

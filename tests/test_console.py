@@ -1,4 +1,4 @@
-"""A local launch's console (trainstack/console.py): on a terminal the trainer's rollout lines become one
+"""A local launch's console (trainstack/terminal/console.py): on a terminal the trainer's rollout lines become one
 live line with the reward, rate and ETA; elsewhere (a pipe, a log, CI) about ten plain lines a run, the first
 and the last among them, with the same figures; every other line passes through whole. `make run` once
 printed 300 rollout lines with no ETA."""
@@ -9,7 +9,7 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from trainstack.console import PLAIN_LINES, Console, duration
+from trainstack.terminal.console import PLAIN_LINES, Console, duration
 
 
 def rollout(i: int, n: int, reward: float = 0.5) -> bytes:

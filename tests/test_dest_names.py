@@ -28,7 +28,7 @@ import re
 import pytest
 
 from conftest import ROOT
-from trainstack.argtable import load_table
+from trainstack.upstream.argtable import load_table
 
 SCANNED = [ROOT / "trainstack", ROOT / "plugins"]
 CONSTANT = re.compile(r"(_DESTS|^INPUT_(FILES|DIRS|ANY)|^NOT_PLUGINS)$")
@@ -41,7 +41,7 @@ READS = {"get", "pop", "setdefault", "is_set", "key", "err", "source"}
 # `run.key("d")`, `run.source("d")`: ResolvedRun's dest accessors.
 RUN_ACCESSORS = {"run": {"key", "source"}, "self.run": {"key", "source"}}
 # Local maps of dests under a generic name, per module.
-MODULE_RECEIVERS = {"trainstack/resolve.py": {"out"}}  # derive_cluster_args: the dests derived from the cluster
+MODULE_RECEIVERS = {"trainstack/config/resolve.py": {"out"}}  # derive_cluster_args: the dests derived from the cluster
 COMMON = {"get", "key", "source", "is_set", "err", "__contains__", "__getitem__"}  # by receiver only
 NAMESPACES = {"args", "a"}  # slime's parsed argparse namespace in the tiny trainer and plugins
 DEST_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -54,7 +54,7 @@ TINY = "trainstack/tiny/"
 ALLOWED: dict[tuple[str, str], str] = {
     ("trainstack/http_env/cli.py", "--env"): "`trainstack-http-env serve`'s own option (an env settings key), "
                                              "not a slime flag",
-    ("trainstack/completion.py", "--shell-completion"): "Hydra's own shell-completion option that `trainstack run` "
+    ("trainstack/cli/completion.py", "--shell-completion"): "Hydra's own shell-completion option that `trainstack run` "
                                                         "passes through, not a slime flag",
     ("trainstack/tiny/rollout.py", "eval_datasets"): "an attribute slime's own validation sets from eval_prompt_data "
                                                        "(slime/utils/arguments.py _resolve_eval_datasets), not a CLI dest",
@@ -62,9 +62,9 @@ ALLOWED: dict[tuple[str, str], str] = {
                                                      "(slime/utils/arguments.py _resolve_eval_datasets), not a CLI dest",
     ("trainstack/script_import/plan.py", "pythonpath"): "a launch script's PYTHONPATH, imported as "
                                                         "runtime_env.pythonpath (trainstack's setting), not a slime dest",
-    ("trainstack/compare.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
+    ("trainstack/reports/compare.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
     ("trainstack/inputs/prepare.py", "meta"): "a dest namespace's `meta:` block (the model's source, not a flag)",
-    ("trainstack/overrides.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
+    ("trainstack/config/overrides.py", "meta"): "a dest namespace's `meta:` block (trainstack's settings beside the dests)",
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tests.fakes import write_run_dir
-from trainstack.cli import main
+from trainstack.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXP = "qwen3-4B-grpo-dapo"  # sets algo.lr=1e-6 (conf/experiment/qwen3-4B-grpo-dapo.yaml)
@@ -129,11 +129,11 @@ def test_bad_input_exit_2_with_did_you_mean(tmp_path):
 
 
 def test_console_script_exit_codes(tmp_path):
-    """The real `python -m trainstack.cli diff` process: 0 / 1 / 2 like diff(1)."""
+    """The real `python -m trainstack.cli.main diff` process: 0 / 1 / 2 like diff(1)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def run(*a):
-        return subprocess.run([sys.executable, "-m", "trainstack.cli", "diff", *a], cwd=tmp_path, env=env,
+        return subprocess.run([sys.executable, "-m", "trainstack.cli.main", "diff", *a], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
 
     assert run(EXP, EXP).returncode == 0
@@ -173,7 +173,7 @@ def test_paths_under_each_runs_own_dir_are_hidden_unless_asked(tmp_path, monkeyp
 def test_a_dest_set_under_any_namespace_is_one_change(dest, ns, values):
     """Over the class: a dest set under any namespace on either side is one config entry whose values are the
     argv's (the class of the reported num_rollout case)."""
-    from trainstack.diff import compose_side, diff_sides
+    from trainstack.reports.diff import compose_side, diff_sides
 
     name, flag = dest
     va, vb = (v * 8 for v in values) if name != "eps_clip" else (v / 10 for v in values)

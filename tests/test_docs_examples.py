@@ -252,7 +252,7 @@ def test_no_two_docs_train_the_same_run():
     bound to another launcher. Every training command of the docs (all of them, with their own tests too;
     every point of a sweep; `make run`) belongs to one doc's run ids only. docs/lium.md's sweep once trained
     `algo.lr=1e-3,2e-3`: the runs of `make run` and of the README's sweep (exit 2 after the README)."""
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     owners: dict[str, set[str]] = {}
     ids: dict[tuple[str, ...], str] = {}
@@ -307,7 +307,7 @@ def to_argv(cmd: str, cwd: Path) -> list[str]:
     # in: the checkout itself may be under /tmp)
     toks = [t.replace("/tmp/", f"{cwd}/", 1) if t.startswith("/tmp/") else t for t in shlex.split(cmd)]
     if toks[0] == "trainstack":
-        return [sys.executable, "-m", "trainstack.cli", *toks[1:]]
+        return [sys.executable, "-m", "trainstack.cli.main", *toks[1:]]
     if toks[0] == "make":  # `make run` trains in the doc's runs root: the README's next examples continue it
         extra = [f"ARGS=paths.runs_root={cwd}/runs paths.data_root={cwd}/data"] if toks[1:] == ["run"] else []
         return ["make", "-C", str(ROOT), *toks[1:], *extra]

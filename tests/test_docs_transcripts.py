@@ -37,7 +37,7 @@ def test_the_readme_has_its_example_error():
 def test_a_transcript_is_what_the_program_prints(doc, cmd, shown, tmp_path):
     words = shlex.split(cmd)
     argv = ([sys.executable, str(ROOT / "run.py"), *words[2:]] if words[:2] == ["python", "run.py"]
-            else [sys.executable, "-m", "trainstack.cli", *words[1:]])
+            else [sys.executable, "-m", "trainstack.cli.main", *words[1:]])
     res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
     assert (res.stdout + res.stderr).rstrip("\n") == shown, f"{doc}: `{cmd}` prints\n{res.stdout + res.stderr}"

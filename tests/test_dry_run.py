@@ -4,7 +4,7 @@ import json
 
 from conftest import files_under, run_py
 from tests.fakes import fake_gpu_host
-from trainstack import cli
+from trainstack.cli import main as cli
 
 # one checkpoint of Qwen3-4B without optimizer state is 8 GB: the free-space check must pass on CI disks
 QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
@@ -68,7 +68,7 @@ def test_default_dry_run_is_the_cpu_smoke_run_on_the_tiny_trainer(tmp_path):
     res = run_py("dry_run=true", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "-m trainstack.tiny.train" in res.stdout.splitlines()[-2]
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     a, _ = build_from_overrides([])
     b, _ = build_from_overrides(["experiment=cpu-smoke"])

@@ -42,13 +42,13 @@ INVALID = [
     ["model=qwen3-4B"],
     ["args.rollout_batchsize=4"],
     ["cluster.num_nodes=0"],
-    # the machine the trainer runs on (trainstack/preflight.py)
+    # the machine the trainer runs on (trainstack/preflight/checks.py)
     ["experiment=qwen3-4B-grpo-dapo", "slime.root=/nonexistent/slime"],  # no slime checkout, data or model here
     # (a Ray cluster that does not answer is the launch's to judge: it may be started after the dry run, which
     # warns; tests/test_preflight.py)
     ["args.custom_rm_path=trainstack.nope.reward"],
     ["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"],
-    # slime's plugin contract, checked in the trainer's interpreter (trainstack/plugin_probe.py)
+    # slime's plugin contract, checked in the trainer's interpreter (trainstack/preflight/plugin_probe.py)
     ["args.custom_rm_path=trainstack.tiny.arithmetic.score"],  # a plain function: slime awaits the reward
     ["args.group_rm=true"],  # a one-sample reward given groups; slime's eval rollout asserts group_rm is off
     ["env.rollout_max_response_len=32"],  # no room for a prompt in the tiny model's 32 positions

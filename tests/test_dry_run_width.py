@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import run_py
 from tests.fakes import fake_gpu_host
-from trainstack.tables import SOFT_CHARS
+from trainstack.terminal.tables import SOFT_CHARS
 
 QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
 
@@ -156,6 +156,6 @@ def test_a_bad_dry_run_value_names_the_choices(tmp_path):
 @settings(max_examples=100, deadline=None)
 @given(value=st.one_of(st.text(max_size=12), st.integers(), st.floats(allow_nan=False), st.none(), st.booleans()))
 def test_dry_run_takes_a_bool_or_short_only(value):
-    from trainstack.schema import ROOT_SCALARS, check_value
+    from trainstack.config.schema import ROOT_SCALARS, check_value
 
     assert check_value(ROOT_SCALARS["dry_run"], value) == (isinstance(value, bool) or value == "short")

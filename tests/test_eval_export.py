@@ -102,7 +102,7 @@ def test_bad_eval_requests_are_one_message_and_write_nothing(trained, argv, key,
 
 
 def _dests():
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     return sorted(load_table().dests())
 
@@ -134,8 +134,8 @@ def test_eval_spec_keeps_the_stored_argv_and_changes_only_the_eval_only_dests(tm
 
     from trainstack.api import Run
     from trainstack.evals.plan import eval_spec
-    from trainstack.render import flag_spans
-    from trainstack.runspec import RunSpec
+    from trainstack.render.command import flag_spans
+    from trainstack.run.spec import RunSpec
 
     resolved, command = Run.compose(["run_id=src", f"paths.runs_root={tmp_path}/runs", "env.num_rollout=4"])._composed("t")
     source = RunSpec.from_run(resolved, command)

@@ -29,7 +29,7 @@ def snapshot(d: Path) -> dict[str, float]:
 
 def live_lease(run_dir: Path) -> None:
     """The lease of a run being run right now (this test process holds it)."""
-    from trainstack.lease import hostname
+    from trainstack.fencing.lease import hostname
 
     now = time.time()
     (run_dir / "lease.json").write_text(json.dumps({
@@ -48,7 +48,7 @@ def finished_run(tmp_path_factory) -> Path:
 
 
 def test_rebase_moves_every_path_under_the_old_run_dir(finished_run, tmp_path):
-    from trainstack import runspec
+    from trainstack.run import spec as runspec
 
     copy = tmp_path / "B" / "killed"
     shutil.copytree(finished_run, copy)
@@ -82,7 +82,7 @@ def test_copy_of_a_live_run_is_refused_with_the_fix(finished_run, tmp_path):
     assert "fix" in res.stderr and "trainstack exec" in res.stderr
     assert snapshot(copy) == before
     (original / "lease.json").unlink()  # the original has ended: the copy is a run of its own now
-    from trainstack import runspec
+    from trainstack.run import spec as runspec
 
     assert runspec.load(copy).run_dir == str(copy.resolve())
 

@@ -1,4 +1,4 @@
-"""A trainer that exits non-zero is told plainly (trainstack/failure_cause.py): the run summary and
+"""A trainer that exits non-zero is told plainly (trainstack/run/failure_cause.py): the run summary and
 status.json name the plugin at fault and the first line of its error, the traceback stays in the log.
 The tracebacks parsed here are made by slime's own code calling bad plugins."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import types
 import pytest
 
 from conftest import SMALL_BATCH, run_py
-from trainstack.failure_cause import cause, key_from_source
+from trainstack.run.failure_cause import cause, key_from_source
 
 
 @pytest.fixture(scope="module")

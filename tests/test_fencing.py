@@ -1,4 +1,4 @@
-"""Never two writers, no orphans, no hangs (docs/resume.md): trainstack.guard fences a trainer's
+"""Never two writers, no orphans, no hangs (docs/resume.md): trainstack.run.trainer_guard fences a trainer's
 process group against the run's lease, on real processes with real signals."""
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from trainstack.fence import EXIT_FENCED
-from trainstack.lease import Lease
+from trainstack.fencing.fence import EXIT_FENCED
+from trainstack.fencing.lease import Lease
 from trainstack.procgroup import group_members, pid_alive
 
 PY = sys.executable
@@ -40,10 +40,10 @@ def _guard(tmp: Path, script: str, lease: Lease | None, grace: float = 2.0, **po
     (tmp / "trainer.py").write_text(textwrap.dedent(script))
     env = dict(ENV)
     if lease is not None:
-        from trainstack.fence import Fence
+        from trainstack.fencing.fence import Fence
 
         env.update(Fence(str(lease.path), lease.record.token, lease.record.epoch, 0.5).to_env())
-    return subprocess.Popen([PY, "-m", "trainstack.guard", "--grace", str(grace), "--log", str(tmp / "t.log"), "--",
+    return subprocess.Popen([PY, "-m", "trainstack.run.trainer_guard", "--grace", str(grace), "--log", str(tmp / "t.log"), "--",
                              PY, str(tmp / "trainer.py")], cwd=tmp, env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen)
 
@@ -102,7 +102,7 @@ def test_guard_stops_the_trainer_when_its_launcher_dies(tmp_path):
     (tmp_path / "trainer.py").write_text(textwrap.dedent(LOOP))
     launcher = subprocess.Popen([PY, "-c", textwrap.dedent(f"""
         import subprocess, sys, time
-        subprocess.Popen([{PY!r}, "-m", "trainstack.guard", "--grace", "2", "--parent", str(__import__("os").getpid()),
+        subprocess.Popen([{PY!r}, "-m", "trainstack.run.trainer_guard", "--grace", "2", "--parent", str(__import__("os").getpid()),
                           "--", {PY!r}, "trainer.py"], start_new_session=True)
         time.sleep(300)
     """)], cwd=tmp_path, env=ENV, start_new_session=True)

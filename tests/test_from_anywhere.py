@@ -11,18 +11,18 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, run_py
-from trainstack import userconfig
+from trainstack.config import userconfig
 
 
 def cli(*argv: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainstack.cli", *argv], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "trainstack.cli.main", *argv], cwd=cwd, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})})
 
 
 def stored(root: Path, monkeypatch, run_id: str = "anywhere"):
     """A submitted local run under `root` (spec.json and its views, as a launch stores them)."""
     from trainstack.api import Run
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     monkeypatch.setenv(userconfig.RUNS_ROOT_ENV, str(root))
     spec = Run.compose([f"run_id={run_id}", f"paths.data_root={root.parent}/data"]).spec()
@@ -71,7 +71,7 @@ def test_hints_name_the_run_as_status_finds_it(tmp_path, monkeypatch):
 
 
 def test_hints_say_trainstack_run_outside_a_checkout(tmp_path, monkeypatch):
-    from trainstack.display import print_summary
+    from trainstack.reports.display import print_summary
 
     spec = stored(tmp_path / "runs", monkeypatch)
     for cwd, launch in ((tmp_path, "trainstack run run_id=anywhere"), (ROOT, "python run.py run_id=anywhere")):

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import ROOT, run_py
 
-from trainstack.help_page import config_groups, render
-from trainstack.resolve import CONF_DIR
+from trainstack.config.help_page import config_groups, render
+from trainstack.config.resolve import CONF_DIR
 
 
 def test_fast_help_is_hydras_page():
@@ -41,9 +41,9 @@ def test_groups_follow_the_conf_tree(tmp_path):
 
 def test_trainstack_run_help_names_trainstack_run():
     """`trainstack run --help` once printed `python run.py` examples; the fast page and Hydra's agree."""
-    fast = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--help"], capture_output=True, text=True,
+    fast = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "run", "--help"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    hydra = subprocess.run([sys.executable, "-m", "trainstack.cli", "run", "--help", "dry_run=true"],
+    hydra = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "run", "--help", "dry_run=true"],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert fast.returncode == hydra.returncode == 0, hydra.stderr
     assert fast.stdout == hydra.stdout and "python run.py" not in fast.stdout
@@ -57,7 +57,7 @@ def _argv(cmd: str) -> list[str]:
     words = shlex.split(cmd)
     if words[:2] == ["python", "run.py"]:
         return [sys.executable, str(ROOT / "run.py"), *words[2:]]
-    return [sys.executable, "-m", "trainstack.cli", *words[1:]]
+    return [sys.executable, "-m", "trainstack.cli.main", *words[1:]]
 
 
 @pytest.mark.slow

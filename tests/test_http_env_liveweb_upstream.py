@@ -71,7 +71,7 @@ def documented_row() -> dict:
 def test_documented_liveweb_rows_load_in_slimes_dataset(tmp_path):
     """slime's Dataset reads ``data[label_key]``: the liveweb preset must not name a label its rows lack."""
     from tests.fakes.http_env_slime import load_slime
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     load_slime()
     from slime.utils.data import Dataset

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ROOT, run_py
 from tests.fakes.http_env import CountingEnv, env_server
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
+from trainstack.render.pipeline import build_from_overrides
 
 LIVEWEB = ["env=liveweb", "model=qwen3-4B", "cluster=local_8xh100"]
 # a dry run on a remote launcher defers the host checks (no slime checkout or data here) and still

@@ -88,7 +88,7 @@ def test_idle_sessions_expire_after_the_ttl():
 
 def test_trainstack_env_serve_listens_answers_and_stops_on_sigterm(tmp_path):
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "trainstack.cli", "env", "serve", "chain_sum", "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "trainstack.cli.main", "env", "serve", "chain_sum", "--port", "0",
                              "--max-sessions", "3", "--ready-file", str(ready)], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -110,10 +110,10 @@ def test_trainstack_env_serve_listens_answers_and_stops_on_sigterm(tmp_path):
 
 
 def test_bad_serve_options_are_one_message_and_exit_2(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "env", "serve", "chain_sum", "--option", "turns=9",
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "env", "serve", "chain_sum", "--option", "turns=9",
                           "--port", "0"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "serve.options.turns" in res.stderr and "Traceback" not in res.stderr
-    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "env", "serve", "nowhere"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "env", "serve", "nowhere"], cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "NAME" in res.stderr and "chain_sum, liveweb" in res.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import shlex
 
-from trainstack.display import print_summary
-from trainstack.pipeline import build_from_overrides
-from trainstack.runspec import RunSpec
+from trainstack.reports.display import print_summary
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.run.spec import RunSpec
 
 URL = "+env.meta.http_env.url=http://10.0.0.7:18080"
 GIVEN = ["experiment=cpu-agentic", "~env.meta.http_env.serve", URL, "env.num_rollout=2", "run_id=paste-url"]

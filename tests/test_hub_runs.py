@@ -229,7 +229,7 @@ DOC = {
 def doc_argv(cmd: str) -> list[str]:
     toks = shlex.split(cmd)
     if toks[0] == "trainstack":
-        return [sys.executable, "-m", "trainstack.cli", *toks[1:]]
+        return [sys.executable, "-m", "trainstack.cli.main", *toks[1:]]
     if toks[0] == "python":
         return [sys.executable, str(ROOT / toks[1]), *toks[2:]]
     if toks[0].startswith("scripts/"):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hubtools import events, make_spec, pointer_checker, write_checkpoint
-from trainstack.lease import Lease
-from trainstack.rundir import RunDir
+from trainstack.fencing.lease import Lease
+from trainstack.run.rundir import RunDir
 
 REPO = "team/ckpts"
 
@@ -142,7 +142,7 @@ def test_a_checkpoint_with_many_files_goes_up_before_the_pointer_that_names_it(f
     (binary shards as LFS objects, one commit on the LFS path), the pointer comes after them and names the
     commit whose tree holds every file."""
     from trainstack.hub.push import PushJob, push_checkpoint
-    from trainstack.rundir.layout import TRACKER
+    from trainstack.storage.layout import TRACKER
 
     save = tmp_path / "ck"
     d = save / "iter_0000009"
@@ -335,7 +335,7 @@ def test_no_token_in_events_status_logs_or_hub_requests(fake_hub, tmp_path, capf
 # trainstack hub ls / pull
 # -------------------------------------------------------------------------------------------------
 def test_hub_ls_and_pull_an_older_checkpoint(fake_hub, tmp_path, capsys):
-    from trainstack import cli
+    from trainstack.cli import main as cli
     from trainstack.hub.push import PushJob, push_checkpoint
 
     save = tmp_path / "ck"

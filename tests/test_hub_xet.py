@@ -246,7 +246,7 @@ def test_the_client_bounds_hf_xet_memory_unless_told_otherwise(fake_hub_xet, mon
     values set; a value the user exported wins."""
     import hf_xet
 
-    from trainstack.hf_env import XET_BOUNDS
+    from trainstack.storage.hf_xet import XET_BOUNDS
 
     for key in XET_BOUNDS:
         monkeypatch.delenv(key, raising=False)

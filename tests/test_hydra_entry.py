@@ -1,4 +1,4 @@
-"""trainstack/hydra_entry.py against Hydra itself: a single run composed once gives the task what
+"""trainstack/config/hydra_entry.py against Hydra itself: a single run composed once gives the task what
 `@hydra.main` gives it (the config and `HydraConfig`), and anything else is left to `@hydra.main`."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from trainstack.hydra_entry import plain_overrides, register_launchers, run_single
-from trainstack.resolve import CONF_DIR, PRIMARY_CONFIG
+from trainstack.config.hydra_entry import plain_overrides, register_launchers, run_single
+from trainstack.config.resolve import CONF_DIR, PRIMARY_CONFIG
 
 SEEN: list[dict] = []
 

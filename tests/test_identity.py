@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT, files_under, run_py
 
 from trainstack.errors import ConfigErrors
-from trainstack.identity import fingerprint, input_changes, inputs_of
-from trainstack.pipeline import build_from_overrides
+from trainstack.config.input_identity import fingerprint, input_changes, inputs_of
+from trainstack.render.pipeline import build_from_overrides
 
 SMALL = ["env.num_rollout=4", "args.save_interval=2", "env.rollout_batch_size=4", "env.n_samples_per_prompt=4",
          "env.global_batch_size=16", "env.eval_interval=null"]
@@ -139,8 +139,8 @@ def test_refusals_write_nothing(tmp_path):
 
 
 def test_every_dest_of_the_table_counts_or_is_excluded_by_name():
-    from trainstack.argtable import load_table
-    from trainstack.identity import excluded_dests, identity_table
+    from trainstack.upstream.argtable import load_table
+    from trainstack.config.input_identity import excluded_dests, identity_table
 
     table, doc = load_table(), identity_table()
     groups = {name: set(g["dests"]) for name, g in doc["excluded"].items()}
@@ -181,7 +181,7 @@ def _table_with(tmp_path, dest: str, flag: str):
 def test_a_new_dest_with_a_formerly_excluded_prefix_changes_the_run_id(tmp_path, monkeypatch, dest, flag):
     """A prefix rule would have left these out of the identity; by name, a new dest counts until a
     reviewer says otherwise, and `sync_slime identity` names it for review."""
-    from trainstack import argtable as at
+    from trainstack.upstream import argtable as at
 
     path = _table_with(tmp_path, dest, flag)
     out = tmp_path / "run_identity.json"

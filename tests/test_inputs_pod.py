@@ -14,8 +14,8 @@ RECIPE = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100"]
 
 def _pod_spec(tmp_path, *extra: str) -> dict:
     from trainstack.launch.lium import pod_request, pod_spec
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.spec import RunSpec
 
     run, cmd = build_from_overrides([*RECIPE, f"paths.runs_root={tmp_path}/runs", *extra])
     spec = RunSpec.from_run(run, cmd)
@@ -70,7 +70,7 @@ def test_cache_links_are_relative_and_survive_a_move(tmp_path):
 
 
 def test_a_failed_execs_reason_is_its_first_error_line():
-    from trainstack.worker import failure_reason
+    from trainstack.launch.lium_worker import failure_reason
 
     stderr = ("trainstack prepare: downloading a/b@0123 (1 KiB) into /mnt/x\n"
               "trainstack: 2 problems in the run config; nothing was launched.\n"

@@ -1,6 +1,6 @@
 """Installing as users install (docs/install.md): pyproject's extras and trainstack/extras.py agree, a
 missing optional module is refused by the dry run naming its extra (exit 2, no traceback, nothing
-written), and slime.root is resolved one way for every backend (trainstack/slime_root.py). The wheel
+written), and slime.root is resolved one way for every backend (trainstack/upstream/slime_root.py). The wheel
 in a fresh venv and a plain clone are tests/test_packaging.py's."""
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, files_under
-from trainstack import extras, slime_root
-from trainstack.backends import BACKENDS
+from trainstack import extras
+from trainstack.upstream import slime_root
+from trainstack.config.backends import BACKENDS
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OPTIONAL = PYPROJECT["project"]["optional-dependencies"]
@@ -106,7 +107,7 @@ def test_slime_root_is_resolved_by_one_rule(tmp_path, monkeypatch, given_root, e
 
 
 def test_the_launch_hands_the_cpu_trainer_its_slime_root(in_tmp):
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     (in_tmp / "mine").mkdir()
     run, cmd = build_from_overrides(["slime.root=mine"])
@@ -135,7 +136,7 @@ def hidden(*modules: str):
 @pytest.fixture(scope="module")
 def composed(tmp_path_factory):
     """The CPU default and the agentic run, composed once (a preflight is cheap, composing is not)."""
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     where = tmp_path_factory.mktemp("extras")
     old = os.getcwd()
@@ -155,7 +156,7 @@ def test_any_missing_cpu_module_is_named_with_its_extra(composed, gone, experime
     """Whatever subset of the `cpu` extra is missing, the dry run names exactly the missing modules a run
     imports, each under the key that needs it, with `pip install 'trainstack[cpu]'`; nothing else fails."""
     from trainstack.errors import ConfigErrors
-    from trainstack.preflight import preflight
+    from trainstack.preflight.checks import preflight
 
     run, cmd = composed[experiment]
     needed = set(BACKENDS["tiny"].imports) | (set(extras.EXTRAS["http-env"]) if experiment == "cpu-agentic" else set())
@@ -176,7 +177,7 @@ HIDE = "import sys; [sys.modules.__setitem__(m, None) for m in sys.argv.pop(1).s
 
 
 def run_hiding(modules: str, *argv: str, cwd: Path, cli: bool = False) -> subprocess.CompletedProcess:
-    entry = ("from trainstack.cli import main; sys.exit(main())" if cli else
+    entry = ("from trainstack.cli.main import main; sys.exit(main())" if cli else
              f"sys.argv[0] = {str(ROOT / 'run.py')!r}; import runpy; runpy.run_path(sys.argv[0], run_name='__main__')")
     return subprocess.run([sys.executable, "-c", HIDE + entry, modules, *argv], cwd=cwd, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"})

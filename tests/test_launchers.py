@@ -11,9 +11,9 @@ from conftest import ROOT, run_py
 def test_every_launcher_owns_typed_settings_and_the_core_cluster_has_none():
     import dataclasses
 
-    from trainstack.launch import registry
+    from trainstack import registry
     from trainstack.launch.base import Launcher
-    from trainstack.schema import ClusterSpec
+    from trainstack.config.schema import ClusterSpec
 
     core = {f.name for f in dataclasses.fields(ClusterSpec)}
     assert not core & {"partition", "account", "time_min", "mem_gb", "cpus_per_node", "ray_address",
@@ -42,7 +42,7 @@ def test_a_plugin_launcher_under_the_in_process_sweep_is_refused_once_before_com
 
 
 def test_status_json_names_each_runs_launcher(tmp_path, capsys, monkeypatch):
-    from trainstack.cli import main
+    from trainstack.cli.main import main
 
     for rid, launcher in (("a", "slurm"), ("b", None)):
         d = tmp_path / "runs" / rid
@@ -59,8 +59,8 @@ def test_old_cluster_keys_name_where_they_moved():
     import pytest
 
     from trainstack.errors import ConfigErrors
-    from trainstack.overrides import normalise_argv
-    from trainstack.resolve import CONF_DIR
+    from trainstack.config.overrides import normalise_argv
+    from trainstack.config.resolve import CONF_DIR
 
     for old, new in (("cluster.partition=gpu", "cluster.slurm.partition"), ("cluster.time_min=60", "cluster.slurm.time_min"),
                      ("cluster.ray_address=http://h:8265", "cluster.ray_job.address"),
@@ -74,12 +74,12 @@ def test_old_cluster_keys_name_where_they_moved():
 
 def test_one_hydra_sweep_plugin_drives_every_launcher():
     """hydra/launcher=<name> for every entry point is the one plugin; backends add no Hydra code.
-    trainstack registers the options before it composes (trainstack/hydra_entry.py), not the plugin scan."""
+    trainstack registers the options before it composes (trainstack/config/hydra_entry.py), not the plugin scan."""
     from hydra.core.config_store import ConfigStore
 
     from hydra_plugins.trainstack_launchers.launcher import TARGET
-    from trainstack.hydra_entry import register_launchers
-    from trainstack.launch import registry
+    from trainstack.config.hydra_entry import register_launchers
+    from trainstack import registry
 
     register_launchers()
     options = ConfigStore.instance().repo["hydra"]["launcher"]

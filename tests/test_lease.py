@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from trainstack.lease import Lease, LeaseHeld
+from trainstack.fencing.lease import Lease, LeaseHeld
 
 
 def _try_acquire(path, barrier, results):
@@ -104,8 +104,8 @@ def _lease_of(path, host, commander_epoch, ttl_s=600):
 
 
 def test_the_lease_records_the_commander_epoch_it_runs_under(tmp_path, monkeypatch):
-    from trainstack.fence import ENV_COMMANDER_EPOCH
-    from trainstack.lease import read_record
+    from trainstack.fencing.fence import ENV_COMMANDER_EPOCH
+    from trainstack.fencing.lease import read_record
 
     monkeypatch.setenv(ENV_COMMANDER_EPOCH, "7")
     lease = Lease.acquire(tmp_path / "lease.json", ttl_s=30)
@@ -125,7 +125,7 @@ def test_the_lease_records_the_commander_epoch_it_runs_under(tmp_path, monkeypat
     (None, 5, True),  # written outside the commander, held by another host
 ])
 def test_worker_takes_over_only_a_run_dir_lease_of_an_older_commander_epoch(tmp_path, recorded, ours, taken):
-    from trainstack.worker import take_over_run_dir_lease
+    from trainstack.launch.lium_worker import take_over_run_dir_lease
 
     _lease_of(tmp_path / "lease.json", "lium-old-pod", recorded)
     assert take_over_run_dir_lease(tmp_path, "lium-new-pod", ours) is taken
@@ -133,7 +133,7 @@ def test_worker_takes_over_only_a_run_dir_lease_of_an_older_commander_epoch(tmp_
 
 
 def test_old_lease_json_without_the_new_field_is_still_valid(tmp_path):
-    from trainstack.rundir.check import _lease_fields
+    from trainstack.run.rundir.check import _lease_fields
 
     _lease_of(tmp_path / "lease.json", "h", "absent")
     assert _lease_fields(json.loads((tmp_path / "lease.json").read_text())) == ""
@@ -146,7 +146,7 @@ def test_old_lease_json_without_the_new_field_is_still_valid(tmp_path):
 def test_epochs_never_repeat_when_lease_json_is_deleted_under_a_live_run(tmp_path):
     """Deleting lease.json of a live run must not hand the relaunch the live writer's epoch
     (two writers with one epoch in publish.jsonl): the epoch log keeps counting."""
-    from trainstack.fence import Fence
+    from trainstack.fencing.fence import Fence
 
     path = tmp_path / "lease.json"
     live = Lease.acquire(path, ttl_s=60)

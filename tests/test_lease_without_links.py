@@ -9,7 +9,7 @@ import time
 import pytest
 
 from test_lease import _try_acquire  # the same race as on a filesystem with hard links
-from trainstack.lease import Lease, LeaseHeld
+from trainstack.fencing.lease import Lease, LeaseHeld
 
 
 @pytest.fixture(params=[errno.EPERM, errno.EOPNOTSUPP])

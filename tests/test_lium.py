@@ -1,6 +1,6 @@
 """Sweeps and runs on (fake) Lium pods, end to end: `python run.py ... cluster=lium_cpu` and
 `-m hydra/launcher=lium` register runs with a real commander (uvicorn subprocess), which rents
-pods from the fake Lium through the real SDK; each pod runs `python -m trainstack.worker`, which
+pods from the fake Lium through the real SDK; each pod runs `python -m trainstack.launch.lium_worker`, which
 runs the stored spec with `trainstack exec` from the run's volume. After every scenario no pod is
 listed and no pod process is left."""
 from __future__ import annotations
@@ -443,7 +443,7 @@ def test_sigterm_to_the_worker_checkpoints_reports_preempted_and_the_run_moves_o
         assert trainer and secret.encode() in Path(f"/proc/{trainer[0]}/environ").read_bytes()
         for pid in trainer:
             assert secret.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
-        [worker] = pod_pids_running(fake_lium.fake, rec["pod_id"], b"trainstack.worker")
+        [worker] = pod_pids_running(fake_lium.fake, rec["pod_id"], b"trainstack.launch.lium_worker")
         os.kill(worker, 15)
         rec2 = wait_for(lambda: (r := s.rec("preempt"))["epoch"] == 2 and r["phase"] == "running" and r, 90,
                         "the next pod")

@@ -120,7 +120,7 @@ def test_tail_series_widens_until_it_holds_the_metric(tmp_path):
 
 def test_status_checks_the_tail_it_reads(tmp_path):
     from trainstack.errors import ConfigErrors
-    from trainstack.rundir.progress import progress, require_readable_tails
+    from trainstack.run.rundir.progress import progress, require_readable_tails
 
     d = tmp_path / "run"
     d.mkdir()
@@ -142,7 +142,7 @@ def test_plain_tree_of_a_sweep_point_leaves_the_hydra_node_out():
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf, open_dict
 
-    from trainstack.resolve import CONF_DIR, plain_tree
+    from trainstack.config.resolve import CONF_DIR, plain_tree
 
     GlobalHydra.instance().clear()
     try:
@@ -162,7 +162,7 @@ def test_plain_tree_of_a_sweep_point_leaves_the_hydra_node_out():
 
 
 def test_git_provenance_is_asked_once_per_process():
-    from trainstack import runspec
+    from trainstack.run import spec as runspec
 
     runspec.checkout_state.cache_clear()
     a = runspec.make_provenance("x", "/")

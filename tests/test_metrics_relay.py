@@ -46,7 +46,7 @@ class Setup:
         from trainstack.commander.reconciler import CommanderConfig
         from trainstack.commander.store import Store
         from trainstack.launch import lium_status
-        from trainstack.worker import Worker
+        from trainstack.launch.lium_worker import Worker
 
         self.store = Store(tmp / "c.db")
         self.tc = TestClient(create_app(self.store, CommanderConfig(public_url="http://127.0.0.1:9"), ADMIN,
@@ -66,7 +66,7 @@ class Setup:
 
     def new_worker(self):
         """The worker of the next epoch (the commander replaced the pod: the old lease is gone)."""
-        from trainstack.worker import Worker
+        from trainstack.launch.lium_worker import Worker
 
         self.epoch = getattr(self, "epoch", -1) + 1
         with self.store.tx() as db:

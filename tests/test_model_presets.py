@@ -10,7 +10,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from trainstack.argtable import APPEND, BOOL_OPTIONAL, STORE_FALSE, STORE_TRUE, ArgTable, load_table
+from trainstack.upstream.argtable import APPEND, BOOL_OPTIONAL, STORE_FALSE, STORE_TRUE, ArgTable, load_table
 from trainstack.tools import model_meta, sync_slime
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, run_py
 from tests.fakes import write_checkpoint
-from trainstack import argtable as at
+from trainstack.upstream import argtable as at
 from trainstack.errors import ConfigErrors
-from trainstack.rundir import layout
+from trainstack.storage import layout
 
 SETTINGS = settings(max_examples=int(os.environ.get("TS_PROPERTY_EXAMPLES", "60")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -43,7 +43,7 @@ SETTINGS = settings(max_examples=int(os.environ.get("TS_PROPERTY_EXAMPLES", "60"
 # what is thrown
 # ------------------------------------------------------------------------------------------
 def schema_keys() -> list[str]:
-    from trainstack.schema import ROOT_SCALARS, ROOT_SECTIONS
+    from trainstack.config.schema import ROOT_SCALARS, ROOT_SECTIONS
 
     keys = [k for k in ROOT_SCALARS if k != "dry_run"]
     for section, cls in ROOT_SECTIONS.items():
@@ -118,8 +118,8 @@ def check_refusal(err: ConfigErrors) -> None:
 
 def launch_checks(overrides: list[str], where: Path) -> None:
     """What `python run.py <overrides>` does before it writes anything (compose, validate, preflight)."""
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.preflight import preflight
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.preflight.checks import preflight
 
     before = snapshot(where)
     with cwd(where):
@@ -180,10 +180,10 @@ def build_run_tree(root: Path) -> str:
     """Under `root`: a run dir with every file the lifecycle writes (spec and its views, events, status,
     metrics, lease, checkpoint, SLURM record) and a sweep manifest naming it; returns the run id.
     Built in place (never copied: the spec, the manifest and the views record absolute paths)."""
-    from trainstack.lease import Lease
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir, manifest
-    from trainstack.runspec import RunSpec
+    from trainstack.fencing.lease import Lease
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir, manifest
+    from trainstack.run.spec import RunSpec
 
     with cwd(root):
         run, cmd = build_from_overrides(RELAUNCH)
@@ -272,7 +272,7 @@ def corrupt(path: Path, how: str, payload: bytes, key_pick: int, field_value, cu
 
 
 def cli(*argv: str) -> int:
-    from trainstack import cli as ts_cli
+    from trainstack.cli import main as ts_cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -311,8 +311,8 @@ def test_corrupt_run_dir_files_are_named_never_a_traceback(case):
             assert snapshot(root) == before, (name, how)
             launch_checks(RELAUNCH, root)  # the relaunch's checks
             try:  # what `trainstack exec RUN` checks before the lifecycle writes anything
-                from trainstack import runspec
-                from trainstack.preflight import check_stored
+                from trainstack.run import spec as runspec
+                from trainstack.preflight.checks import check_stored
 
                 check_stored(runspec.load(run_dir))
             except ConfigErrors as err:
@@ -361,7 +361,7 @@ def test_cli_subprocess_corrupt_file(file, content, tmp_path):
 # 4. numbers out of range: refused naming the key, or safe where they are used
 # ------------------------------------------------------------------------------------------
 def numeric_schema_keys() -> list[str]:
-    from trainstack.schema import ROOT_SECTIONS, ClusterSpec
+    from trainstack.config.schema import ROOT_SECTIONS, ClusterSpec
 
     keys = []
     for section, cls in ROOT_SECTIONS.items():
@@ -396,8 +396,8 @@ def test_numbers_out_of_range_are_refused_naming_the_key_or_safe(key, value, scr
     import threading
     import time
 
-    from trainstack.lease import heartbeat_interval
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.fencing.lease import heartbeat_interval
+    from trainstack.render.pipeline import build_from_overrides
 
     overrides = [f"{key}={value}"] + (["hub.repo_id=a/b"] if key.startswith("hub.") else [])
     with cwd(scratch):
@@ -423,8 +423,8 @@ def test_unreadable_checkpoint_is_named_before_the_trainer_fails(tmp_path, monke
     message naming the file and the fix, from the relaunch's and exec's checks; before, the
     completeness test (sizes only) passed it and the trainer failed with a traceback. Tests run as
     root, so the permission is taken away through os.access."""
-    from trainstack import runspec
-    from trainstack.preflight import check_stored
+    from trainstack.run import spec as runspec
+    from trainstack.preflight.checks import check_stored
 
     run_id = build_run_tree(tmp_path)
     run_dir = tmp_path / "runs" / run_id
@@ -438,8 +438,8 @@ def test_unreadable_checkpoint_is_named_before_the_trainer_fails(tmp_path, monke
     text = exc.value.render()
     assert str(victim) in text and "permission denied" in text and "chmod" in text
     with cwd(tmp_path), pytest.raises(ConfigErrors) as exc:
-        from trainstack.pipeline import build_from_overrides
-        from trainstack.preflight import preflight
+        from trainstack.render.pipeline import build_from_overrides
+        from trainstack.preflight.checks import preflight
 
         run, cmd = build_from_overrides(RELAUNCH)
         preflight(run, cmd, launching=True)

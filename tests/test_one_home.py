@@ -43,18 +43,18 @@ def _function_defs(name: str) -> list[str]:
 
 
 def test_one_fenced_exception_and_one_exit_code() -> None:
-    assert _class_defs("Fenced") == ["trainstack/fence.py"]
-    assert _assignments("EXIT_FENCED") == ["trainstack/fence.py"]
+    assert _class_defs("Fenced") == ["trainstack/fencing/fence.py"]
+    assert _assignments("EXIT_FENCED") == ["trainstack/fencing/fence.py"]
     assert not (PKG / "hub" / "fence.py").exists()  # the Hub's fence checks live with the lease and checkpoints
 
 
 def test_the_commander_epoch_is_named_once() -> None:
-    assert _string_uses("TRAINSTACK_COMMANDER_EPOCH") == ["trainstack/fence.py"]
-    assert _function_defs("epoch_superseded") == ["trainstack/fence.py"]
+    assert _string_uses("TRAINSTACK_COMMANDER_EPOCH") == ["trainstack/fencing/fence.py"]
+    assert _function_defs("epoch_superseded") == ["trainstack/fencing/fence.py"]
 
 
 def test_the_hub_push_raises_the_one_fenced() -> None:
-    from trainstack import fence
+    from trainstack.fencing import fence
     from trainstack.hub import push, sync
 
     assert push.Fenced is fence.Fenced and sync.Fenced is fence.Fenced
@@ -95,15 +95,15 @@ def test_ray_start_argv_for_a_head_and_a_joining_node() -> None:
 
 def test_one_run_record_type_per_boundary() -> None:
     """compare's view of a run and the commander's row were both `RunRecord`: two boundaries, two names."""
-    assert _class_defs("RunRecord") == ["trainstack/compare.py"]
+    assert _class_defs("RunRecord") == ["trainstack/reports/compare.py"]
     assert _class_defs("CommanderRun") == ["trainstack/commander/store.py"]
-    assert _class_defs("ReportedProgress") == ["trainstack/rundir/progress.py"]
+    assert _class_defs("ReportedProgress") == ["trainstack/run/rundir/progress.py"]
 
 
 def test_reported_progress_is_what_the_worker_sends_and_the_commander_reads(tmp_path: Path) -> None:
-    from trainstack.rundir import RunDir
-    from trainstack.rundir.progress import ReportedProgress
-    from trainstack.worker import progress
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.rundir.progress import ReportedProgress
+    from trainstack.launch.lium_worker import progress
 
     rd = RunDir(tmp_path)
     rd.update_status(state="running", num_rollout=9)

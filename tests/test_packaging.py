@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from conftest import run_py
-from trainstack import slime_root
-from trainstack.argtable import load_table
+from trainstack.upstream import slime_root
+from trainstack.upstream.argtable import load_table
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
-from trainstack.plugin_paths import locate
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.rules.plugin_paths import locate
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD_GENERATE = "plugins.http_env.generate.generate"

@@ -127,7 +127,7 @@ def test_trainstack_agrees_with_slime_per_dest(entry):
 
 
 def test_every_dest_is_covered_or_excluded_with_a_reason():
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     covered = {d for e in ENTRIES for d, _, _ in e["probes"]}
     skip = excluded()
@@ -141,7 +141,7 @@ def test_every_dest_is_covered_or_excluded_with_a_reason():
 
 
 def test_every_probe_landed_where_slime_accepted():
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     table = load_table()
     landed = 0

@@ -1,4 +1,4 @@
-"""A phase of a launch that takes a while says so (trainstack/phase.py): nothing for one over within the
+"""A phase of a launch that takes a while says so (trainstack/terminal/phase.py): nothing for one over within the
 quiet time, a line once it has taken that long and one with its duration at its end (`failed after` when it
 raised); `announce` says the first line at once. A Ray head's start was once 36 s of silence."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from trainstack.phase import phase
+from trainstack.terminal.phase import phase
 
 
 

@@ -1,4 +1,4 @@
-"""A reader that leaves early (`| head`) ends every command quietly (trainstack/pipes.py): no
+"""A reader that leaves early (`| head`) ends every command quietly (trainstack/terminal/pipes.py): no
 traceback, no "Exception ignored" at exit, the command's own exit code (0 when only the reader left)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from trainstack.pipes import quietly
+from trainstack.terminal.pipes import quietly
 
 
 def closed_pipe_run(argv: list[str], cwd) -> subprocess.CompletedProcess:
@@ -30,7 +30,7 @@ def closed_pipe_run(argv: list[str], cwd) -> subprocess.CompletedProcess:
     ["run.py", "--help"],
     ["run.py", "dry_run=true"],
     ["run.py", "-m", "dry_run=true", "algo.lr=1e-3,2e-3"],  # the sweep's point lines
-    ["-m", "trainstack.cli", "args", "--search", "lr"],
+    ["-m", "trainstack.cli.main", "args", "--search", "lr"],
 ])
 def test_a_reader_that_leaves_ends_the_command_quietly(argv, tmp_path):
     cmd = [sys.executable, *(str(ROOT / a) if a == "run.py" else a for a in argv)]

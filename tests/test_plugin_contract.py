@@ -1,4 +1,4 @@
-"""slime's plugin contract (trainstack/plugin_contract.py) against slime's own code in the submodule:
+"""slime's plugin contract (trainstack/upstream/plugin_contract.py) against slime's own code in the submodule:
 every cited line makes the call it is cited for, every plugin dest of the argument table has a
 contract, and for generated plugins (sync/async, arity, keywords, *args/**kwargs) the contract's
 verdict is what slime's real call path does with them (rm_hub.async_rm / batched_async_rm,
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainstack.plugin_contract import CONTRACTS, GROUP_RM, NO_GPU_SOURCE, contract_for, contract_problems
+from trainstack.upstream.plugin_contract import CONTRACTS, GROUP_RM, NO_GPU_SOURCE, contract_for, contract_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 SLIME = ROOT / "slime"
@@ -43,8 +43,8 @@ def test_the_rollout_manager_holds_no_gpu():
 
 
 def test_every_plugin_dest_of_the_argument_table_has_a_contract():
-    from trainstack.argtable import load_table
-    from trainstack.host import NOT_PLUGINS
+    from trainstack.upstream.argtable import load_table
+    from trainstack.preflight.host_checks import NOT_PLUGINS
 
     table = load_table()
     dests = {d for d, s in table.specs.items() if s.source == "slime" and d.endswith("_path") and d not in NOT_PLUGINS}

@@ -1,5 +1,5 @@
 """The plugins' verdict comes from the trainer's interpreter with the trainer's environment
-(trainstack/plugin_probe.py): a plugin on the user's shell PYTHONPATH only is refused with the fix,
+(trainstack/preflight/plugin_probe.py): a plugin on the user's shell PYTHONPATH only is refused with the fix,
 slime's own plugin modules import on the CPU backend, slime's call contract is checked, and the dry
 run and the launch give the same verdict for every signature, location and backend."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, files_under, run_py
 from tests.fakes import fake_gpu_host
-from trainstack import plugin_probe
+from trainstack.preflight import plugin_probe
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
-from trainstack.preflight import preflight
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.preflight.checks import preflight
 
 QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true"]
 GOOD = "async def reward(args, sample, **kwargs):\n    return 1.0\n"
@@ -160,8 +160,8 @@ def test_a_sweep_asks_the_interpreter_once(tmp_path, monkeypatch):
 
 def test_trainstack_exec_asks_the_trainers_host(tmp_path):
     """A remote launcher defers the probe; the host that executes the stored run asks its own interpreter."""
-    from trainstack.preflight import check_stored
-    from trainstack.runspec import RunSpec
+    from trainstack.preflight.checks import check_stored
+    from trainstack.run.spec import RunSpec
 
     overrides = [*QWEN, "cluster=slurm_8xh100", "args.custom_rm_path=trainstack.tiny.arithmetic.score"]
     fake_gpu_host(tmp_path, overrides)

@@ -1,4 +1,4 @@
-"""Upstream post-parse checks ported into the validator (trainstack/upstream_rules.py): each one
+"""Upstream post-parse checks ported into the validator (trainstack/rules/upstream_rules.py): each one
 refuses its case with the key and the fix, and the neighbouring valid config still passes.
 The cases are the ones slime's real parser refused in the oracle (tests/test_slime_oracle.py)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
+from trainstack.render.pipeline import build_from_overrides
 
 RL = ["experiment=qwen3-4B-grpo-dapo"]
 SFT = ["experiment=qwen3-4B-base-sft"]

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from conftest import files_under, run_py
 from tests.fakes import fake_gpu_host
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
-from trainstack.preflight import preflight
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.preflight.checks import preflight
 from trainstack.upstream.select import table_label
 
 QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true", "slime.root=slime"]  # this machine: ./slime
@@ -126,7 +126,7 @@ def test_a_sweep_reports_an_error_every_point_shares_once_and_the_others_per_poi
     """A 256-point sweep printed the same launcher error 256 times: an error every point has is one
     message ("every point (N)"), one only some points have names each of them, and none is lost."""
     from trainstack.errors import ConfigError
-    from trainstack.sweep_points import PointErrors
+    from trainstack.sweep.points import PointErrors
 
     common = ConfigError("cluster.lium.pod.image", "no image", "set it")
     failed = PointErrors()
@@ -151,7 +151,7 @@ def test_a_sweep_reports_an_error_every_point_shares_once_and_the_others_per_poi
 def test_lium_settings_problems_refuse_exactly_a_pod_with_neither_template_nor_image(template, image):
     from trainstack.launch.lium import LiumLauncher
 
-    from trainstack.schema import ClusterSpec
+    from trainstack.config.schema import ClusterSpec
 
     cluster = ClusterSpec(name="lium_cpu", launcher="lium", settings={"pod": {"template_id": template, "image": image}})
     problems = LiumLauncher.settings_problems(cluster)
@@ -174,7 +174,7 @@ def test_inputs_must_be_the_right_kind(tmp_path):
 
 
 def test_plugin_paths_are_imported_by_the_trainers_interpreter(tmp_path):
-    """The trainer's interpreter imports each plugin, with the trainer's PYTHONPATH (trainstack/plugin_probe.py)."""
+    """The trainer's interpreter imports each plugin, with the trainer's PYTHONPATH (trainstack/preflight/plugin_probe.py)."""
     _, errors = checks(["args.custom_rm_path=trainstack.nope.reward"], tmp_path)
     assert keys(errors) == ["args.custom_rm_path"] and "No module named 'trainstack.nope'" in errors[0].problem
     _, errors = checks(["args.custom_rm_path=trainstack.tiny.arithmetic.rewrd"], tmp_path)
@@ -243,8 +243,8 @@ def test_start_ray_head_starts_nothing_before_a_missing_checkout_is_reported(tmp
 
 def test_exec_checks_the_executing_host_first(tmp_path):
     """A run stored on one machine and executed where an input is missing: refused before the lease."""
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     fake_gpu_host(tmp_path, QWEN)
     old = os.getcwd()

@@ -176,7 +176,7 @@ def test_killed_conversion_is_redone(hub_inputs, tmp_path):
 def test_revision_is_part_of_the_run_id(hub_inputs, tmp_path):
     from huggingface_hub import HfApi
 
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     hub, sha1, _ = hub_inputs
     sha2 = HfApi(endpoint=hub.url).upload_file(path_or_fileobj=b"v2\n", path_in_repo="notes.txt", repo_id=MODEL).oid
@@ -252,9 +252,9 @@ def test_transforms_produce_slimes_keys(tmp_path):
 def test_exec_prepares_a_stored_run_on_the_executing_host(hub_inputs, tmp_path):
     """What a SLURM job or a Lium pod runs: `trainstack exec` of a spec stored elsewhere, whose inputs this
     host has never seen: its host checks trust what the prepare step makes, which runs before the trainer."""
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     hub, sha, _ = hub_inputs
     run, cmd = build_from_overrides(overrides(tmp_path))
@@ -275,7 +275,7 @@ def test_a_resume_keeps_the_commits_its_first_launch_resolved(hub_inputs, tmp_pa
     from huggingface_hub import HfApi
 
     from trainstack.inputs.prepare import for_run, prepare
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     hub, sha1, _ = hub_inputs
     run, cmd = build_from_overrides(overrides(tmp_path))
@@ -309,7 +309,7 @@ def test_a_failed_download_is_one_clear_error_and_resumes(hub_inputs, tmp_path):
 
 def test_the_default_runs_plan_says_there_is_nothing_to_prepare(tmp_path, monkeypatch, capsys):
     """`prepare --plan` printed nothing at all for the CPU default (it names no Hub input)."""
-    from trainstack.cli import main
+    from trainstack.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     for argv in (["prepare", "--plan"], ["prepare"]):

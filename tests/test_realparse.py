@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_py
-from trainstack.argtable import TABLE_PATH
+from trainstack.upstream.argtable import TABLE_PATH
 from trainstack.upstream import realparse
 from trainstack.upstream.select import table_label
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from trainstack.argtable import load_table
-from trainstack.pipeline import build_from_overrides
+from trainstack.upstream.argtable import load_table
+from trainstack.render.pipeline import build_from_overrides
 from trainstack.tools import golden
 
 EXPERIMENT_OF = {
@@ -95,7 +95,7 @@ def test_make_golden_runs_and_leaves_current_files_unchanged():
     import subprocess
     import sys
 
-    from trainstack.resolve import PROJECT_ROOT as ROOT
+    from trainstack.config.resolve import PROJECT_ROOT as ROOT
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")

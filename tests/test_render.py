@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from trainstack import argtable as at
-from trainstack.pipeline import build_from_overrides
-from trainstack.render import render_args, render_dest
+from trainstack.upstream import argtable as at
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.render.command import render_args, render_dest
 
 T = at.load_table()
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainstack import argtable as at
+from trainstack.upstream import argtable as at
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
-from trainstack.render import format_value, render_dest
-from trainstack.resolve import check_dest_value
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.render.command import format_value, render_dest
+from trainstack.config.resolve import check_dest_value
 from trainstack.tiny.cli import build_parser
 
 RL = ["experiment=qwen3-4B-grpo-dapo"]

@@ -1,6 +1,6 @@
 """Issue #24's cases: flags slime's parser accepts that die in Megatron's validate_args or
-TransformerConfig on the GPU nodes (trainstack/megatron_rules.py), `false`/`null` values that could
-not land as written (trainstack/switch_rules.py, render.runtime_env), and configs trainstack
+TransformerConfig on the GPU nodes (trainstack/rules/megatron_rules.py), `false`/`null` values that could
+not land as written (trainstack/rules/switch_rules.py, render.runtime_env), and configs trainstack
 refused that slime accepts (resolve.derive_cluster_args, argtable aliases)."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainstack.argtable import load_table
+from trainstack.upstream.argtable import load_table
 from trainstack.errors import ConfigErrors
-from trainstack.megatron_rules import REMOVED_OPTIONS
-from trainstack.pipeline import build_from_overrides
+from trainstack.rules.megatron_rules import REMOVED_OPTIONS
+from trainstack.render.pipeline import build_from_overrides
 
 RL = ["experiment=qwen3-4B-grpo-dapo"]
 MOE = [*RL, "model=qwen3-30B-A3B"]
@@ -160,9 +160,9 @@ def test_every_switch_value_lands_or_is_refused(dest, value):
     """For every store_true/store_false/--[no-] dest: the value renders to a flag, or equals what
     slime's namespace holds without one (Megatron's None read as false, a removed option left
     unset), or resolve or a rule refuses it."""
-    from trainstack import switch_rules
-    from trainstack.render import render_dest
-    from trainstack.resolve import check_dest_value
+    from trainstack.rules import switch_rules
+    from trainstack.render.command import render_dest
+    from trainstack.config.resolve import check_dest_value
 
     spec = load_table()[dest]
     tokens = render_dest(spec, value)
@@ -190,7 +190,7 @@ def _stages_ok(layers: int, pp: int, first: int | None, last: int | None) -> boo
 @given(layers=st.integers(1, 96), pp=st.integers(2, 8), first=st.none() | st.integers(-1, 40),
        last=st.none() | st.integers(-1, 40))
 def test_uneven_stages_accepted_exactly_when_every_stage_has_layers(layers, pp, first, last):
-    from trainstack import megatron_rules
+    from trainstack.rules import megatron_rules
 
     args = {"num_layers": layers, "pipeline_model_parallel_size": pp, "decoder_first_pipeline_num_layers": first,
             "decoder_last_pipeline_num_layers": last}
@@ -209,8 +209,8 @@ def test_non_colocated_split_uses_every_gpu_or_is_refused(nodes, per_node, data)
     """A non-colocated split is accepted whenever both sides get GPUs: slime's node-sorted one-GPU bundles
     give the trainer the first ones, whole nodes or not (issue #33: 12 of 2 x 8); training + rollout GPUs
     are the cluster's."""
-    from trainstack.resolve import derive_cluster_args
-    from trainstack.schema import ClusterSpec
+    from trainstack.config.resolve import derive_cluster_args
+    from trainstack.config.schema import ClusterSpec
 
     total = nodes * per_node
     rollout = data.draw(st.integers(-1, total + 1))
@@ -245,7 +245,7 @@ def test_out_of_range_values_are_refused(bad, key):
 @given(data=st.data())
 def test_ranges_refuse_exactly_the_values_outside(data):
     """Every dest of range_rules.RANGES: a value inside its range passes, one outside is refused."""
-    from trainstack import range_rules
+    from trainstack.rules import range_rules
 
     dest = data.draw(st.sampled_from(sorted(range_rules.RANGES)))
     r = range_rules.RANGES[dest]
@@ -290,7 +290,7 @@ def test_option_pairs_refuse_exactly_a_missing_or_clashing_partner(data):
     """The per-dest oracle's Megatron asserts between two options (megatron_rules.NEEDS/EXCLUDES): an
     option that is on is refused exactly when its partner is not what it needs (or, for an exclusion,
     is on too); an option that is off never is."""
-    from trainstack import megatron_rules as mr
+    from trainstack.rules import megatron_rules as mr
 
     pairs = [(d, o, ok) for d, o, ok, _, _ in mr.NEEDS] + [(d, o, None) for d, o, _ in mr.EXCLUDES]
     dest, other, ok = data.draw(st.sampled_from(pairs))
@@ -307,7 +307,7 @@ def test_option_pairs_refuse_exactly_a_missing_or_clashing_partner(data):
 @pytest.mark.parametrize("dest", sorted(REMOVED_OPTIONS))
 def test_removed_megatron_options_are_refused_when_set(dest):
     """Megatron's validate_args refuses these whenever they are set (encoder_num_layers: next to num_layers)."""
-    from trainstack import megatron_rules as mr
+    from trainstack.rules import megatron_rules as mr
 
     use, only_with = mr.REMOVED_OPTIONS[dest]
     for value, partner, refused in [(None, 32, False), (8, 32, True), (8, None, only_with is None)]:

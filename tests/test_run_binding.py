@@ -1,4 +1,4 @@
-"""A run id is bound to its launcher and its history (trainstack/binding.py): a run dir stored by one
+"""A run id is bound to its launcher and its history (trainstack/run/binding.py): a run dir stored by one
 launcher is refused to another (a Lium pod or a SLURM job would overwrite its spec and train from zero),
 a different training config under the same run id is refused even before any checkpoint exists, and
 each refusal names the fix. Only the run length may change freely."""
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import run_py
-from trainstack.binding import binding_errors
-from trainstack.rundir import RunDir
-from trainstack.schema import ResumeSpec
+from trainstack.run.binding import binding_errors
+from trainstack.run.rundir import RunDir
+from trainstack.config.schema import ResumeSpec
 
 
 def stored_run(tmp_path: Path, *overrides: str) -> Path:

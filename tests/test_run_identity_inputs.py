@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
+from trainstack.render.pipeline import build_from_overrides
 
 
 @pytest.mark.parametrize("run_id", [".", "..", "a" * 129, "a/b", "x y"])

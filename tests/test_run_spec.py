@@ -60,7 +60,7 @@ def edit_conf_and_code(project: Path) -> None:
     text = env_file.read_text()
     assert re.search(r"^entropy_coef: ", text, re.M), text
     env_file.write_text(re.sub(r"^entropy_coef: .*$", "entropy_coef: 0.0123", text, flags=re.M))
-    resolve = project / "trainstack" / "resolve.py"
+    resolve = project / "trainstack" / "config" / "resolve.py"
     code = resolve.read_text()
     assert "    if tracking.tensorboard:\n" in code
     resolve.write_text(code.replace("    if tracking.tensorboard:\n", "    if not tracking.tensorboard:\n"))
@@ -70,9 +70,9 @@ def edit_conf_and_code(project: Path) -> None:
 # the spec
 # -------------------------------------------------------------------------------------------------
 def test_spec_round_trip_and_views(tmp_path, monkeypatch):
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import SPEC_VERSION, RunSpec, load
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import SPEC_VERSION, RunSpec, load
 
     monkeypatch.chdir(tmp_path)
     run, cmd = build_from_overrides(["env.num_rollout=7", "algo.lr=2e-3"])
@@ -92,9 +92,9 @@ def test_spec_holds_no_secret(tmp_path, monkeypatch):
     """Secrets come from the executing machine's environment: a config naming one is refused, and
     a secret in the launching shell reaches the trainer without being stored."""
     from trainstack.errors import ConfigErrors
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     monkeypatch.chdir(tmp_path)
     secret = "hf_SECRETVALUE123456"
@@ -106,7 +106,7 @@ def test_spec_holds_no_secret(tmp_path, monkeypatch):
     spec = RunSpec.from_run(run, cmd)
     RunDir(spec.run_dir).write_spec(spec)
     assert spec.command["env"]["MY_FLAG"] == "1"
-    from trainstack.lifecycle import trainer_env
+    from trainstack.run.lifecycle import trainer_env
 
     assert trainer_env(spec, RunDir(spec.run_dir))["HF_TOKEN"] == secret  # forwarded at run time
     for f in Path(spec.run_dir).rglob("*"):
@@ -121,9 +121,9 @@ def test_spec_holds_no_secret(tmp_path, monkeypatch):
     (lambda d: d["resume"].update(bogus=1), "missing or malformed"),
 ])
 def test_exec_refuses_what_it_cannot_execute(tmp_path, monkeypatch, mutation, expected):
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     monkeypatch.chdir(tmp_path)
     run, cmd = build_from_overrides(["env.num_rollout=2"])
@@ -200,9 +200,9 @@ def test_exec_after_sigkill_resumes_the_stored_run_despite_edits(tmp_path):
 # launchers: one interface, one registry
 # -------------------------------------------------------------------------------------------------
 def test_launcher_names_come_from_the_registry():
-    from trainstack.launch import registry
+    from trainstack import registry
     from trainstack.launch.base import Launcher
-    from trainstack.schema import ClusterSpec
+    from trainstack.config.schema import ClusterSpec
 
     assert ClusterSpec.CHOICES["launcher"] == registry.names()
     for name in registry.names():
@@ -226,13 +226,13 @@ def test_slurm_sweep_under_the_local_launcher_is_refused(tmp_path):
 # one owner of the run directory's names; one backend description
 # -------------------------------------------------------------------------------------------------
 def test_run_dir_file_names_live_in_one_module():
-    from trainstack.rundir import layout
+    from trainstack.storage import layout
 
     names = [v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str) and "." in v]
     assert {"spec.json", "command.json", "events.jsonl", "sweep.json", "latest_checkpointed_iteration.txt"} <= set(names)
     offenders = []
     for path in list((ROOT / "trainstack").rglob("*.py")) + list((ROOT / "plugins").rglob("*.py")):
-        if path == ROOT / "trainstack" / "rundir" / "layout.py":
+        if path == ROOT / "trainstack" / "storage" / "layout.py":
             continue
         text = path.read_text()
         offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if f'"{n}"' in text or f"'{n}'" in text]
@@ -240,11 +240,11 @@ def test_run_dir_file_names_live_in_one_module():
 
 
 def test_tiny_capabilities_are_one_object_and_every_estimator_validates(tmp_path, monkeypatch):
-    from trainstack import validate
-    from trainstack.backends import TINY
+    from trainstack.rules import validate
+    from trainstack.config.backends import TINY
     from trainstack.errors import ConfigErrors
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.preflight import preflight
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.preflight.checks import preflight
     from trainstack.tiny import flags
 
     assert validate.TINY_CAPABILITIES is flags.CAPABILITIES is TINY.capabilities

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_py
-from trainstack.checkpoints import CheckpointState
-from trainstack.resume import FINISHED, ResumePlan
+from trainstack.storage.checkpoints import CheckpointState
+from trainstack.run.resume import FINISHED, ResumePlan
 
 FAST = ["args.save_interval=2", "args.eval_interval=null"]
 

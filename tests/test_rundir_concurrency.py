@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainstack.rundir import RunDir, atomic_write, temp_name
+from trainstack.run.rundir import RunDir, atomic_write, temp_name
 
 N_THREAD = 2000
 N_PROC = 200
@@ -95,7 +95,7 @@ def test_temp_names_are_private_to_each_write(tmp_path: Path) -> None:
 
 
 def test_locks_nest_and_a_failed_write_leaves_no_temp_file(tmp_path: Path, monkeypatch) -> None:
-    from trainstack.rundir import locked
+    from trainstack.run.rundir import locked
 
     with locked(tmp_path / ".a.lock"), locked(tmp_path / ".b.lock"):  # two files: no deadlock
         RunDir(tmp_path).update_status(state="running")
@@ -104,7 +104,7 @@ def test_locks_nest_and_a_failed_write_leaves_no_temp_file(tmp_path: Path, monke
     def no_space(*_a, **_k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("trainstack.rundir.os.replace", no_space)
+    monkeypatch.setattr("trainstack.run.rundir.os.replace", no_space)
     try:
         RunDir(tmp_path).update_status(state="failed")
     except OSError:

@@ -1,4 +1,4 @@
-"""slime's run-time paths as rules (trainstack/runtime_rules.py, context_length.py, tiny/limits.py),
+"""slime's run-time paths as rules (trainstack/rules/runtime_rules.py, context_length.py, tiny/limits.py),
 each against slime's source in the submodule: the cited lines still read so, slime's own functions do
 what the rule says they do, every case is refused by its rule alone (without the rule it passes),
 and its fixed neighbour is accepted. The two refusals slime would have run are acceptances now."""
@@ -14,12 +14,12 @@ import pytest
 
 from conftest import SMALL_BATCH, run_py
 from tests.fakes import fake_gpu_host
-from trainstack import runtime_rules
+from trainstack.rules import runtime_rules
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides, compose
-from trainstack.preflight import preflight
-from trainstack.resolve import resolve
-from trainstack.validate import Ctx, validate
+from trainstack.render.pipeline import build_from_overrides, compose
+from trainstack.preflight.checks import preflight
+from trainstack.config.resolve import resolve
+from trainstack.rules.validate import Ctx, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SLIME = ROOT / "slime"
@@ -214,8 +214,8 @@ def test_the_models_context_is_read_on_the_trainers_host(tmp_path, config, refus
 
 
 def test_a_remote_trainer_checks_the_context_before_it_starts(tmp_path):
-    from trainstack.preflight import check_stored
-    from trainstack.runspec import RunSpec
+    from trainstack.preflight.checks import check_stored
+    from trainstack.run.spec import RunSpec
 
     overrides = _gpu_host(tmp_path, ["env.rollout_max_response_len=61440", "cluster=slurm_8xh100"],
                           {"max_position_embeddings": 40960})

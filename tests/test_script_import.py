@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, run_py
-from trainstack.cli import main
+from trainstack.cli.main import main
 from trainstack.errors import ConfigErrors
 from trainstack.script_import import bash
 from trainstack.script_import.importer import draft, run_import

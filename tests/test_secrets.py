@@ -182,9 +182,9 @@ def test_ray_runtime_env_carries_only_the_allow_list(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "ray.job_submission", types.SimpleNamespace(JobSubmissionClient=FakeClient))
     from trainstack.launch.ray_job import RayJobRunner
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     monkeypatch.chdir(tmp_path)
     run, cmd = build_from_overrides(["env.num_rollout=2"])
@@ -265,7 +265,7 @@ def test_secret_in_a_config_file_under_an_innocent_key(tmp_path):
 def test_run_dir_files_never_hold_a_secret_value(tmp_path, monkeypatch):
     """The last net: whatever a caller passes (an exception's text, a status field), a value of a
     secret environment variable never reaches events.jsonl or a file written through atomic_write."""
-    from trainstack.rundir import RunDir, atomic_write
+    from trainstack.run.rundir import RunDir, atomic_write
 
     monkeypatch.setenv("HF_TOKEN", HF)
     rd = RunDir(tmp_path / "r")

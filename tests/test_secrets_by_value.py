@@ -34,7 +34,7 @@ def env_secret(value: str):
 
 
 def _cli(*argv: str) -> str:
-    from trainstack import cli
+    from trainstack.cli import main as cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
@@ -50,7 +50,7 @@ def _config_error(secret: str) -> str:
 
 
 def _events(secret: str, tmp) -> str:
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     rd = RunDir(tmp)
     rd.event("start_failed", error=f"plugin raised: token {secret} refused")
@@ -94,7 +94,7 @@ def test_the_trainer_s_output_is_scrubbed_in_its_log_and_on_the_console(tmp_path
     secret = "sekret-from-the-env-77"
     log = tmp_path / "trainer.log"
     child = "import os, sys; print('Traceback: auth failed for', os.environ['HF_TOKEN']); print('rollout 1 ok')"
-    res = subprocess.run([sys.executable, "-m", "trainstack.guard", "--log", str(log), "--", sys.executable, "-c",
+    res = subprocess.run([sys.executable, "-m", "trainstack.run.trainer_guard", "--log", str(log), "--", sys.executable, "-c",
                           child], env={**os.environ, "PYTHONPATH": str(ROOT), "HF_TOKEN": secret},
                          capture_output=True, text=True, timeout=60, start_new_session=True)  # the guard leads its group
     assert res.returncode == 0, res.stderr

@@ -1,4 +1,4 @@
-"""Every launcher's typed settings have a domain (trainstack/setting_domains.py, issue #36): a property
+"""Every launcher's typed settings have a domain (trainstack/config/setting_domains.py, issue #36): a property
 over setting x out-of-range value for every launcher's settings class, checked where configs are
 typed (schema.to_typed), plus the reference grammars on their own."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainstack import setting_domains as sd
-from trainstack.schema import to_typed
+from trainstack.config import setting_domains as sd
+from trainstack.config.schema import to_typed
 
 
 def _classes() -> dict[str, type]:
@@ -23,7 +23,7 @@ def _classes() -> dict[str, type]:
 
 
 def test_every_domain_names_a_real_field_and_every_launcher_is_covered():
-    from trainstack.launch import registry
+    from trainstack import registry
 
     classes = _classes()
     assert set(sd.DOMAINS) <= set(classes)

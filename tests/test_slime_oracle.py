@@ -41,10 +41,10 @@ BEYOND_PARSER = {
     "model_backend": "the tiny model's flags parse on slime; it has no Hugging Face weights, so SGLang and the "
                      "torch_dist load fail on the GPU nodes (conf/model/tiny.yaml meta.backends, issue #25)",
     "value_ranges": "argparse checks types only: a memory fraction above 1, top-p 0 or a length <= 0 parses and "
-                    "fails when SGLang starts or samples (trainstack/range_rules.py)",
+                    "fails when SGLang starts or samples (trainstack/rules/range_rules.py)",
     "dest_domains": "argparse checks types only: a port above 65535, a JSON mapping with non-string values "
                     "spread into Ray's env_vars or a dataset's keys parse and fail once the run starts "
-                    "(trainstack/dest_domains.py; witnesses: the per-dest probes dense/0121, 0123, 0124)",
+                    "(trainstack/rules/dest_domains.py; witnesses: the per-dest probes dense/0121, 0123, 0124)",
 }
 # Argvs slime's parser refuses that trainstack cannot refuse before launch: id -> why.
 UNCHECKABLE: dict[str, str] = {}
@@ -58,7 +58,7 @@ def test_oracle_provenance_is_recorded():
 
 
 def test_corpus_covers_every_preset_action_kind_and_enough_invalid_configs():
-    from trainstack.resolve import CONF_DIR
+    from trainstack.config.resolve import CONF_DIR
 
     assert len(ENTRIES) >= 300
     presets = {p.stem for p in (CONF_DIR / "model").glob("*.yaml")} - {"tiny"}
@@ -127,16 +127,16 @@ FEATURE_RULES = {"_rules"}
 
 
 def _runtime_rules() -> set[str]:
-    """slime's run-time paths (trainstack/runtime_rules.py): slime's parser accepts every config they refuse, so
+    """slime's run-time paths (trainstack/rules/runtime_rules.py): slime's parser accepts every config they refuse, so
     the parse oracle cannot hold them; tests/test_runtime_rules.py does, case by case, with the same mutation test."""
-    from trainstack import runtime_rules
-    from trainstack.rulebook import UPSTREAM
+    from trainstack.rules import runtime_rules
+    from trainstack.rules.rulebook import UPSTREAM
 
     return {r.__name__ for r in UPSTREAM if r.__module__ == runtime_rules.__name__}
 
 
 def _rule_names() -> list[str]:
-    from trainstack.validate import RULES
+    from trainstack.rules.validate import RULES
 
     return sorted({r.__name__ for r in RULES} - set(NEVER_REFUSE) - FEATURE_RULES - _runtime_rules())
 

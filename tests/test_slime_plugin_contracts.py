@@ -31,7 +31,7 @@ def run_args(overrides: list[str]) -> dict:
     """The args the tiny trainer parses from the argv trainstack renders for these overrides (every slime
     dest, slime's defaults included), plus the keys of the --custom-config-path file the launch writes."""
     from trainstack import hooks
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
     from trainstack.tiny.cli import parse_argv
 
     run, cmd = build_from_overrides(overrides)

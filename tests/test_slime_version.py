@@ -14,11 +14,11 @@ import pytest
 
 from conftest import ROOT, files_under, run_py
 from tests.fakes import fake_gpu_host, fake_slime_git
-from trainstack.argtable import load_table
+from trainstack.upstream.argtable import load_table
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
-from trainstack.preflight import preflight
-from trainstack.slime_version import head_commit
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.preflight.checks import preflight
+from trainstack.upstream.slime_version import head_commit
 from trainstack.upstream.select import checkout_problems
 
 QWEN = ["experiment=qwen3-4B-grpo-dapo", "args.no_save_optim=true", "slime.root=slime"]  # this machine: ./slime
@@ -114,7 +114,7 @@ def test_remote_launch_defers_the_check_and_the_executing_host_runs_it(tmp_path)
         run, cmd = build_from_overrides(QWEN)
     finally:
         os.chdir(old)
-    from trainstack.host import HostFacts, slime_checkout_problems
+    from trainstack.preflight.host_checks import HostFacts, slime_checkout_problems
 
     fake_gpu_host(tmp_path, QWEN)
     facts = HostFacts.from_run(run, cmd)

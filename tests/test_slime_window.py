@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, run_py
-from trainstack import argtable
+from trainstack.upstream import argtable
 from trainstack.errors import ConfigErrors
 from trainstack.upstream import build, renames, versions
 
@@ -93,7 +93,7 @@ def test_the_window_is_the_pin_and_two_releases():
 
 
 def test_a_run_on_a_v0_3_0_checkout_uses_v0_3_0s_table(checkouts, restore_table):
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     overrides = ["experiment=qwen3-4B-grpo-dapo", f"slime.root={checkouts['v0.3.0']}",
                  "args.update_weight_encoding=deltas"]
@@ -106,7 +106,7 @@ def test_a_run_on_a_v0_3_0_checkout_uses_v0_3_0s_table(checkouts, restore_table)
 
 
 def test_a_v0_3_0_flag_the_pin_renamed_gets_the_new_name_and_the_version(restore_table):
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     with pytest.raises(ConfigErrors) as err:
         build_from_overrides(["experiment=qwen3-4B-grpo-dapo", "args.update_weight_delta_dir=/tmp/x"])
@@ -177,7 +177,7 @@ def test_sync_builds_a_new_slimes_table_that_later_runs_use(checkouts, tmp_path,
 
     env = {"TRAINSTACK_CACHE": str(tmp_path / "cache")}
     assert "trainstack slime sync --slime-root" in checkout_problems(root)[0].fix
-    res = subprocess.run([sys.executable, "-m", "trainstack.cli", "slime", "sync", "--slime-root", str(root),
+    res = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "slime", "sync", "--slime-root", str(root),
                           "--name", "next"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, **env, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0, res.stderr
@@ -185,7 +185,7 @@ def test_sync_builds_a_new_slimes_table_that_later_runs_use(checkouts, tmp_path,
     monkeypatch.setenv("TRAINSTACK_CACHE", env["TRAINSTACK_CACHE"])
     assert checkout_problems(root) == []
     assert versions.identify(root).name == "next"
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     _, cmd = build_from_overrides(["experiment=qwen3-4B-grpo-dapo", f"slime.root={root}", "args.brand_new_knob=5"])
     assert cmd.argv[cmd.argv.index("--brand-new-knob") + 1] == "5"
@@ -193,7 +193,7 @@ def test_sync_builds_a_new_slimes_table_that_later_runs_use(checkouts, tmp_path,
 
 def test_trainstack_args_looks_flags_up_in_the_slime_root_names(checkouts):
     def args(flag: str, root: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "trainstack.cli", "args", flag], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "trainstack.cli.main", "args", flag], capture_output=True, text=True,
                               timeout=60, env={**os.environ, "SLIME_ROOT": str(root), "PYTHONPATH": str(ROOT)})
 
     assert args("--update-weight-encoding", checkouts["v0.3.0"]).returncode == 0

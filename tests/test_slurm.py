@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import SMALL_BATCH, files_under
 from trainstack.launch.slurm import SlurmSettings, executor_params, merge_dependency, render_sbatch
-from trainstack.schema import ClusterSpec
+from trainstack.config.schema import ClusterSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -99,7 +99,7 @@ def doc_argv(name: str, **subs: str) -> list[str]:
     argv = shlex.split(DOC[name])
     argv = [subs.get(a, a) for a in argv]
     if argv[0] == "trainstack":
-        return [PY, "-m", "trainstack.cli", *argv[1:]]
+        return [PY, "-m", "trainstack.cli.main", *argv[1:]]
     if argv[0].startswith("scripts/"):
         return [str(ROOT / argv[0]), *argv[1:]]
     argv = [PY if a == "python" else a for a in argv]
@@ -122,7 +122,7 @@ def run_py(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedP
 
 
 def trainstack(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "trainstack.cli", *args], cwd=cwd, env=env(), capture_output=True, text=True,
+    return subprocess.run([PY, "-m", "trainstack.cli.main", *args], cwd=cwd, env=env(), capture_output=True, text=True,
                           timeout=60)
 
 
@@ -405,7 +405,7 @@ def test_sbatch_refusal_is_a_scheduler_failure_not_bad_input(tmp_path, cluster_u
 @slurm
 def test_same_run_id_never_runs_twice(tmp_path, cluster_up):
     """Singleton dependency: the second job of a run_id waits; the lease is the second fence."""
-    from trainstack.lease import Lease
+    from trainstack.fencing.lease import Lease
 
     subs = [run_doc("single", cwd=tmp_path) for _ in range(2)]
     assert all(s.returncode == 0 for s in subs), [s.stderr for s in subs]
@@ -458,9 +458,9 @@ def test_multinode_ray_bootstrap_two_tasks(tmp_path, cluster_up):
     import submitit
 
     from trainstack.launch.slurm_job import Point, PointRunner
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     # a stored run whose command is check.py: the job executes it under the lifecycle with RAY_ADDRESS set
     run, cmd = build_from_overrides([f"paths.runs_root={tmp_path / 'runs'}", "run_id=ray-check"])

@@ -12,10 +12,10 @@ import time
 
 from conftest import ROOT
 
-from trainstack.checkpoints import inspect, plan_recovery
-from trainstack.fence import Fence
-from trainstack.lease import Lease
-from trainstack.rundir.layout import INCOMPLETE_DIR, PUBLISH_LOG, TRACKER
+from trainstack.storage.checkpoints import inspect, plan_recovery
+from trainstack.fencing.fence import Fence
+from trainstack.fencing.lease import Lease
+from trainstack.storage.layout import INCOMPLETE_DIR, PUBLISH_LOG, TRACKER
 from trainstack.tiny.checkpoint import TrainState, save_checkpoint
 
 STATE = TrainState(model={"w": 1}, optimizer={"o": 1}, scheduler={"s": 1}, rng={"r": 1}, meta={"m": 1})
@@ -39,7 +39,7 @@ def test_a_stalled_tracker_rename_that_lands_late_never_rolls_the_run_back(tmp_p
     for n in range(3):
         save_checkpoint(str(save), n, STATE, cursor=b"cursor%d" % n, fence=_fence(old))
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        from trainstack.fence import Fence
+        from trainstack.fencing.fence import Fence
         from trainstack.tiny.checkpoint import TrainState, save_checkpoint
         st = TrainState(model={{"w": 1}}, optimizer={{"o": 1}}, scheduler={{"s": 1}}, rng={{"r": 1}}, meta={{"m": 1}})
         save_checkpoint({str(save)!r}, 3, st, cursor=b"cursor3-epoch1",
@@ -64,8 +64,8 @@ def test_a_stalled_tracker_rename_that_lands_late_never_rolls_the_run_back(tmp_p
     assert st_.latest_complete == 8 and st_.unpublished == () and "epoch 2 published iter_0000008" in st_.problem
     from test_checkpoints import _Run
 
-    from trainstack.resume import RESUME, plan
-    from trainstack.rundir import RunDir
+    from trainstack.run.resume import RESUME, plan
+    from trainstack.run.rundir import RunDir
 
     rp = plan(_Run(tmp_path), RunDir(tmp_path))  # what the relaunch does: resume after 8, not after 3
     assert rp.action == RESUME and rp.from_rollout == 9

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import ROOT
 from tests.fakes import write_checkpoint
-from trainstack.cli import main
-from trainstack.rundir import RunDir
-from trainstack.status import collect, fill, run_cancel
+from trainstack.cli.main import main
+from trainstack.run.rundir import RunDir
+from trainstack.reports.status import collect, fill, run_cancel
 
 
 def make_run(root: Path, run_id: str, overrides: list[str], state: str, ckpt: int | None, rewards: list[float],
@@ -169,7 +169,7 @@ def test_cancel_dry_uses_job_ids_then_names(tmp_path, capsys, monkeypatch):
 def test_started_and_duration_come_from_the_launches():
     """events.jsonl: each launch or resume opens a stretch of training, its exit closes it; one killed (no
     exit) ends at its last event; a running run's open stretch ends now."""
-    from trainstack.status_view import started_cell, timing
+    from trainstack.reports.status_view import started_cell, timing
 
     ev = [{"time": "2026-01-02T10:00:00+00:00", "event": "launch"},
           {"time": "2026-01-02T10:02:00+00:00", "event": "exit"},
@@ -190,8 +190,8 @@ def test_started_and_duration_come_from_the_launches():
 def test_compact_cells_have_a_legend_and_a_dropped_reason_is_still_said(tmp_path, capsys, monkeypatch):
     """`e1 x0` had no legend; a Lium run's `submitted 0/6` hid its reason (another commander holds the port)
     in a column the width left out."""
-    from trainstack.status import Row
-    from trainstack.status_view import render
+    from trainstack.reports.status import Row
+    from trainstack.reports.status_view import render
 
     rows = [Row(run_id="pod-run", run_dir=str(tmp_path), state="submitted", rollouts=0, target=6, pod="abcdef123456",
                 epoch=1, restarts=0, cost_usd=0.0042, scheduler="lium ?", job_id="abcdef12",
@@ -208,11 +208,11 @@ def test_compact_cells_have_a_legend_and_a_dropped_reason_is_still_said(tmp_path
 
 
 def test_watch_shows_the_table_again_until_every_run_has_ended(tmp_path, monkeypatch, capsys):
-    from trainstack.status_view import watch
+    from trainstack.reports.status_view import watch
 
     states = iter(["running", "running", "finished"])
     shown: list[str] = []
-    monkeypatch.setattr("trainstack.status_view.time.sleep", lambda s: shown.append(f"sleep {s}"))
+    monkeypatch.setattr("trainstack.reports.status_view.time.sleep", lambda s: shown.append(f"sleep {s}"))
     assert watch(lambda: shown.append(next(states)), 2.0, ended=lambda: shown[-1] == "finished") == 0
     assert shown == ["running", "sleep 2.0", "running", "sleep 2.0", "finished"]
     assert capsys.readouterr().out.count("trainstack status --watch: ") == 3
@@ -236,11 +236,11 @@ def test_cancel_reports_what_it_did(tmp_path):
         deadline = time.monotonic() + 120
         while not (log.is_file() and "rollout 2/" in log.read_text()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        dry = subprocess.run([sys.executable, "-m", "trainstack.cli", "cancel", "c1", "--dry"], cwd=tmp_path, env=env,
+        dry = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "cancel", "c1", "--dry"], cwd=tmp_path, env=env,
                              capture_output=True, text=True)
         assert dry.returncode == 0 and re.search(r"c1: would send SIGTERM to its launcher \(pid \d+, local\) \(--dry",
                                                  dry.stderr), dry.stderr
-        res = subprocess.run([sys.executable, "-m", "trainstack.cli", "cancel", "c1"], cwd=tmp_path, env=env,
+        res = subprocess.run([sys.executable, "-m", "trainstack.cli.main", "cancel", "c1"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=120)
     finally:
         run.wait(timeout=120)

@@ -1,5 +1,5 @@
 """Truthful status: "running" is judged by the lease and its holder's liveness
-(trainstack/rundir/liveness.py), and every exit path, a full disk included, leaves a final state
+(trainstack/run/rundir/liveness.py), and every exit path, a full disk included, leaves a final state
 or a lease that says the run is not running; a fenced launcher exits 75."""
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from trainstack.fence import EXIT_FENCED
-from trainstack.lease import Lease
+from trainstack.fencing.fence import EXIT_FENCED
+from trainstack.fencing.lease import Lease
 from trainstack.procgroup import group_members
-from trainstack.rundir import RunDir
-from trainstack.rundir.liveness import judge
+from trainstack.run.rundir import RunDir
+from trainstack.run.rundir.liveness import judge
 
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -38,7 +38,7 @@ def _running(tmp: Path) -> RunDir:
 
 
 def _state(run_dir: Path) -> str:
-    from trainstack.status import collect, fill
+    from trainstack.reports.status import collect, fill
 
     return str(fill(collect([str(run_dir)]))[0].state)
 
@@ -105,8 +105,8 @@ class _Done:
 
 
 def _spec(tmp: Path, *overrides: str):
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.runspec import RunSpec
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.run.spec import RunSpec
 
     run, cmd = build_from_overrides([f"paths.runs_root={tmp}/runs", f"paths.data_root={tmp}/data", "run_id=full",
                                      *overrides])
@@ -120,8 +120,8 @@ def _enospc(*_a, **_k):
 def test_disk_full_at_the_end_still_leaves_a_truthful_state(tmp_path, monkeypatch, capsys):
     """The trainer ended, the disk is full: recording the final state and releasing the lease both
     fail. No traceback; the lease is unlinked (no space needed), so status says lost, not running."""
-    from trainstack import lifecycle
-    from trainstack.lease import Lease as L
+    from trainstack.run import lifecycle
+    from trainstack.fencing.lease import Lease as L
 
     spec = _spec(tmp_path)
 
@@ -141,7 +141,7 @@ def test_disk_full_at_the_end_still_leaves_a_truthful_state(tmp_path, monkeypatc
 
 
 def test_disk_full_before_the_trainer_is_one_message_and_a_final_state(tmp_path, monkeypatch):
-    from trainstack import lifecycle
+    from trainstack.run import lifecycle
     from trainstack.errors import RuntimeFailure
 
     spec = _spec(tmp_path)
@@ -158,7 +158,7 @@ def test_disk_full_before_the_trainer_is_one_message_and_a_final_state(tmp_path,
 
 def test_a_lost_lease_exits_75(tmp_path):
     """A launcher whose lease was taken exits EXIT_FENCED, not 143/137 (the trainer it stopped)."""
-    from trainstack import lifecycle
+    from trainstack.run import lifecycle
 
     spec = _spec(tmp_path, "resume.lease_ttl_s=6", "resume.grace_s=0")
 

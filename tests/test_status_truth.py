@@ -13,11 +13,11 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from trainstack.lease import Lease
-from trainstack.rundir import RunDir
-from trainstack.rundir.hub_state import hub_note
-from trainstack.rundir.layout import TRAINER_HEARTBEAT
-from trainstack.rundir.liveness import judge
+from trainstack.fencing.lease import Lease
+from trainstack.run.rundir import RunDir
+from trainstack.run.rundir.hub_state import hub_note
+from trainstack.storage.layout import TRAINER_HEARTBEAT
+from trainstack.run.rundir.liveness import judge
 
 
 def _running(tmp: Path, ttl: float = 600) -> Lease:
@@ -41,12 +41,12 @@ def test_a_frozen_trainer_under_a_live_launcher_is_stale(tmp_path):
 
 def test_the_guard_beats_only_while_its_trainer_runs(tmp_path):
     """The real guard over a real child: SIGSTOP the child and the heartbeat stops; SIGCONT, it goes on."""
-    from trainstack.fence import Fence, margin_for
+    from trainstack.fencing.fence import Fence, margin_for
 
     lease = _running(tmp_path)
     fence = Fence(str(lease.path), lease.record.token, lease.record.epoch, margin_for(lease.record.ttl_s))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSTACK_TRAINER_HEARTBEAT_S": "0.2", **fence.to_env()}
-    guard = subprocess.Popen([sys.executable, "-m", "trainstack.guard", "--", sys.executable, "-c",
+    guard = subprocess.Popen([sys.executable, "-m", "trainstack.run.trainer_guard", "--", sys.executable, "-c",
                               "import time; time.sleep(60)"], env=env, stdout=subprocess.DEVNULL, start_new_session=True)
     beat = tmp_path / TRAINER_HEARTBEAT
     try:
@@ -77,7 +77,7 @@ def test_a_frozen_launcher_s_run_ends_interrupted(tmp_path):
     checkpoint) and recorded it; the launcher, back, records interrupted/143, not failed."""
     from test_status_liveness import _Done, _spec
 
-    from trainstack import lifecycle
+    from trainstack.run import lifecycle
 
     spec = _spec(tmp_path)
 
@@ -96,7 +96,7 @@ def test_a_frozen_launcher_s_run_ends_interrupted(tmp_path):
 
 
 def test_a_run_whose_hub_pushes_all_failed_says_so(tmp_path):
-    from trainstack.status import collect, fill
+    from trainstack.reports.status import collect, fill
 
     rd = RunDir(tmp_path)
     rd.update_status(state="finished", run_id="r", hub={"repo_id": "alice/ckpts", "last_pushed": None, "pending": 1,

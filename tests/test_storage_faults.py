@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import SMALL_BATCH, files_under, run_py
 from test_preflight import tmpfs  # noqa: F401 - the fixture: a real small / read-only tmpfs (root only)
-from trainstack import storage
+from trainstack.storage import faults as storage
 
 KINDS = {errno.ENOSPC: "free space", errno.EDQUOT: "free space", errno.EROFS: "read-write",
          errno.EACCES: "chmod -R u+rwX", errno.EPERM: "chmod -R u+rwX", errno.EIO: "dmesg"}

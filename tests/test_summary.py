@@ -1,4 +1,4 @@
-"""A run's summary.json (trainstack/rundir/summary.py): what status and compare read instead of every
+"""A run's summary.json (trainstack/run/rundir/summary.py): what status and compare read instead of every
 file of every run. Never stale (made anew by the reader whenever a file it was made from changed), never
 written by a reader, and compare's configs kept as differences give the columns full configs give."""
 from __future__ import annotations
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, files_under
 from hubtools import write_checkpoint
-from trainstack.rundir import RunDir, layout, summary
+from trainstack.run.rundir import RunDir, summary
+from trainstack.storage import layout
 
 
 def _run(tmp: Path) -> RunDir:
@@ -102,7 +103,7 @@ CONFIG_VALUES = st.one_of(st.none(), st.integers(-2, 2), st.sampled_from([0.5, 1
 def test_configs_kept_as_differences_give_the_same_columns(configs):
     """compare keeps each run's flattened config as its difference from the first run's (its memory is
     flat in the runs); the columns and cells are those of the full configs."""
-    from trainstack.compare import RunRecord, SharedFlat, build_table
+    from trainstack.reports.compare import RunRecord, SharedFlat, build_table
 
     def records(shared: bool) -> list[RunRecord]:
         out = []

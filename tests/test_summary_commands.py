@@ -7,10 +7,10 @@ import shlex
 
 import pytest
 
-from trainstack.display import pasteable, print_summary
+from trainstack.reports.display import pasteable, print_summary
 from trainstack.errors import ConfigErrors
-from trainstack.pipeline import build_from_overrides
-from trainstack.runspec import RunSpec
+from trainstack.render.pipeline import build_from_overrides
+from trainstack.run.spec import RunSpec
 
 TYPED = ["experiment=cpu-agentic", "+env.meta.http_env.serve.options={turns: 9}", "env.num_rollout=2", "algo.lr=2e-6", "run_id=paste-1"]
 

@@ -4,8 +4,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from trainstack.resolve import CONF_DIR
-from trainstack.sweep_cache import SweepConfigCache
+from trainstack.config.resolve import CONF_DIR
+from trainstack.config.sweep_cache import SweepConfigCache
 
 POINTS = [
     ["experiment=qwen3-4B-grpo-dapo", "++algo.lr=2e-06", "++args.seed=3"],
@@ -77,7 +77,7 @@ def test_hydra_config_without_copy_answers_like_hydra(loader_and_master):
     Hydra's set_config (which keeps a masked deep copy), and the point's own keys still resolve."""
     from hydra.core.hydra_config import HydraConfig
 
-    from trainstack.sweep_cache import set_hydra_config
+    from trainstack.config.sweep_cache import set_hydra_config
 
     loader, master = loader_and_master
     cache = SweepConfigCache(loader, master)
@@ -97,7 +97,7 @@ def test_hydra_config_without_copy_answers_like_hydra(loader_and_master):
 
 def test_memoized_interpolations_resolve_each_points_values(loader_and_master):
     """One parse per ${...} string: points that share an interpolation still get their own values."""
-    from trainstack.sweep_cache import memoize_interpolation_parsing
+    from trainstack.config.sweep_cache import memoize_interpolation_parsing
 
     memoize_interpolation_parsing()
     memoize_interpolation_parsing()  # idempotent: never a cache around a cache

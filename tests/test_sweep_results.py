@@ -1,4 +1,4 @@
-"""What every trainstack Hydra launcher answers for each sweep point (trainstack/sweep_result.py): a JobReturn with
+"""What every trainstack Hydra launcher answers for each sweep point (trainstack/run/result.py): a JobReturn with
 the point's config and Hydra config, the run's real status, and a typed result whose objective Optuna optimises.
 
 `trainstack_local` runs Hydra task functions and passes Hydra's own suites (tests/test_hydra_suites.py).
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import ROOT, SMALL_BATCH
 
-from trainstack import sweep_result as sr
+from trainstack.run import result as sr
 from trainstack.errors import ConfigErrors
 
 SUBMITTING = ["local", "ray_job", "slurm", "lium"]  # hydra/launcher=<trainstack launcher>: the shared plugin
@@ -85,7 +85,7 @@ def test_every_launcher_that_can_return_before_its_run_ends_has_a_typed_wait():
     """SLURM, Lium and Ray jobs can submit and return; each has `wait` (a bool setting) that makes it wait."""
     import dataclasses
 
-    from trainstack.launch import registry
+    from trainstack import registry
 
     can_return = []
     for name in registry.names():
@@ -117,8 +117,8 @@ def test_a_submitting_launcher_refuses_another_apps_config_with_one_message(laun
 
 # -- trainstack's config: the conventions the submitting launchers keep, and the ones they do not ----------------
 def sweep(hydra_sweep_runner, tmp_path, *overrides: str, task=None):
-    from trainstack.overrides import normalise_argv
-    from trainstack.resolve import CONF_DIR
+    from trainstack.config.overrides import normalise_argv
+    from trainstack.config.resolve import CONF_DIR
 
     return hydra_sweep_runner(calling_file=str(ROOT / "run.py"), calling_module=None, task_function=task,
                               config_path="conf", config_name="config",
@@ -211,7 +211,7 @@ def test_a_local_launcher_sweep_returns_each_runs_result_and_its_failure(hydra_s
             pass
     ok, bad = seen[0]
     assert ok.status.name == "COMPLETED" and ok.return_value.state == sr.FINISHED and ok.return_value.code == 0
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     rewards = RunDir(ok.return_value.run_dir).last_metrics()[1]
     assert float(ok.return_value) == rewards[-1] and math.isfinite(rewards[-1])
@@ -234,7 +234,7 @@ def test_optuna_optimises_the_run_result_under_the_default_launcher(hydra_sweep_
     are completed yet") after its run trained: the task returned a PointResult. Now its float is the objective."""
     import yaml
 
-    from trainstack.app import run_app
+    from trainstack.cli.app import run_app
 
     monkeypatch.chdir(tmp_path)
     with sweep(hydra_sweep_runner, tmp_path, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",

@@ -109,7 +109,7 @@ def test_a_dry_point_keeps_only_its_line():
     never the point's config or run (a dry sweep's memory is flat in its points; benchmarks/sweep_scale.py)."""
     import dataclasses
 
-    from trainstack.sweep_points import DryPoint
+    from trainstack.sweep.points import DryPoint
 
     assert {f.name: f.type for f in dataclasses.fields(DryPoint)} == {
         "line": "str", "output": "str | None", "output_json": "str | None",

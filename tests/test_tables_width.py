@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from tests.fakes import write_run_dir, write_sweep
 from tests.test_diff import cli
 from tests.test_status import make_run
-from trainstack.tables import SOFT_BREAK, SOFT_CHARS, wrap_cell
+from trainstack.terminal.tables import SOFT_BREAK, SOFT_CHARS, wrap_cell
 
 SLURM_SWEEP = [("1e-06", 1), ("3e-06", 2), ("1e-05", 4)]
 
@@ -54,7 +54,7 @@ def test_compare_of_a_slurm_sweep_at_80_columns(in_tmp, monkeypatch):
 
 
 def test_status_rows_stay_short_with_jobs_and_long_overrides(tmp_path, monkeypatch, capsys):
-    from trainstack.cli import main
+    from trainstack.cli.main import main
 
     for i in range(3):
         varying = [f"algo.lr=0.00{i + 1}", f"cluster.num_nodes={2 ** i}", f"args.rollout_batch_size={32 * 2 ** i}"]
@@ -89,9 +89,9 @@ def test_a_folded_cell_fits_and_keeps_its_words(text, width):
 def test_compare_reads_the_state_status_reads(tmp_path, monkeypatch, capsys):
     """A Lium run whose status.json still says `submitted` while its launcher (the commander) knows it
     finished: status and compare both say finished (they once said 6 rollouts finished vs submitted)."""
-    from trainstack import compare
-    from trainstack.launch import registry
-    from trainstack.status import collect, fill
+    from trainstack.reports import compare
+    from trainstack import registry
+    from trainstack.reports.status import collect, fill
 
     d = make_run(tmp_path, "on-a-pod", ["algo.lr=1"], "submitted", 5, [0.1] * 6, target=6,
                  status_says={"launcher": "lium"})
@@ -118,7 +118,7 @@ PATHISH = st.lists(st.text(alphabet="abc/._-", min_size=1, max_size=30), min_siz
 def test_folded_text_breaks_a_word_only_after_a_soft_break(text, width, indent):
     """The dry run's free text (summary, tree, notes) and flag cells: a word longer than a line (a path) is
     folded after `/`, `.`, `-`, `_`, never inside a part that fits a line; no line is wider; nothing is lost."""
-    from trainstack.tables import fold
+    from trainstack.terminal.tables import fold
 
     lines = fold(text, width, " " * indent, " " * (indent + 2))
     assert all(len(ln) <= width for ln in lines), lines

@@ -85,13 +85,13 @@ def pid_of(run_dir: Path) -> int:
 
 
 def alive(pid: int) -> bool:
-    from trainstack.lease import pid_alive
+    from trainstack.fencing.lease import pid_alive
 
     return pid_alive(pid)
 
 
 def test_the_entry_point_is_found_and_imported_only_when_used(toy_pkg, tmp_path):
-    code = ("import sys\nimport trainstack.schema as s\nfrom trainstack.launch import registry\n"
+    code = ("import sys\nimport trainstack.config.schema as s\nfrom trainstack.launch import registry\n"
             "print(sorted(registry.names()), 'toy' in s.ClusterSpec.CHOICES['launcher'], 'toy_launcher' in sys.modules)\n"
             "registry.get('toy')\nprint('toy_launcher' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env(toy_pkg), capture_output=True, text=True,

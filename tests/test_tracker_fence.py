@@ -1,5 +1,5 @@
 """slime's Megatron checkpoints under the fencing rule: trainstack's wrapper around Megatron's
-tracker write (trainstack/tracker_fence.py).
+tracker write (trainstack/fencing/tracker_fence.py).
 
 Against Megatron's own code: where Megatron-LM's `megatron/training/checkpointing.py` at the pinned
 commit is present (TRAINSTACK_MEGATRON_SRC: that file, or a Megatron-LM checkout), its real
@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from trainstack.checkpoints import inspect, plan_recovery
-from trainstack.fence import Fence, Fenced
-from trainstack.lease import Lease
-from trainstack.rundir.layout import PUBLISH_LOG, TRACKER
-from trainstack.tracker_fence import MEGATRON_CONTRACT, patch, trainer_pythonpath
+from trainstack.storage.checkpoints import inspect, plan_recovery
+from trainstack.fencing.fence import Fence, Fenced
+from trainstack.fencing.lease import Lease
+from trainstack.storage.layout import PUBLISH_LOG, TRACKER
+from trainstack.fencing.tracker_fence import MEGATRON_CONTRACT, patch, trainer_pythonpath
 
 C = MEGATRON_CONTRACT
 
@@ -214,7 +214,7 @@ def test_a_failed_write_publishes_nothing(tmp_path):
 def test_recorded_contract_matches_the_wrapper():
     """What CI checks in place of Megatron's source: the wrapper patches the recorded opener, matches
     the recorded tracker name and mode, and the recorded shape of the finalizer is fenced by it."""
-    from trainstack import tracker_fence
+    from trainstack.fencing import tracker_fence
 
     assert C["opener"] == tracker_fence.PATCHED_GLOBAL and C["tracker_file"] == TRACKER
     assert C["module"] == tracker_fence.MEGATRON_MODULE == "megatron.training.checkpointing"

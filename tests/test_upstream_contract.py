@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from trainstack.argtable import load_table
+from trainstack.upstream.argtable import load_table
 
 # the checkout under test: the submodule (the pin), or another version of the window (.ci/run sets it)
 SLIME = Path(os.environ.get("TRAINSTACK_CONTRACT_SLIME") or ROOT / "slime").resolve()
@@ -163,7 +163,7 @@ def package_strings(package: str) -> set[str]:
 
 
 def test_the_submodule_is_at_the_argument_tables_commit():
-    from trainstack.slime_version import head_commit
+    from trainstack.upstream.slime_version import head_commit
     from trainstack.upstream.versions import identify
 
     known = identify(SLIME)
@@ -316,10 +316,10 @@ def test_sample_methods_the_mirror_offers(method):
 
 
 def test_checkpoint_and_rollout_files_trainstack_reads():
-    from trainstack.rundir import layout
+    from trainstack.storage import layout
 
     assert layout.TRACKER in package_strings("slime.utils"), \
-        f"slime no longer reads the checkpoint tracker {layout.TRACKER} (trainstack/checkpoints.py decides resume on it)"
+        f"slime no longer reads the checkpoint tracker {layout.TRACKER} (trainstack/storage/checkpoints.py decides resume on it)"
     cursor = re.sub(r"\{[^}]*\}", "{}", layout.DATA_CURSOR)
     assert cursor in strings(module("slime.rollout.data_source")), \
         f"slime.rollout.data_source no longer saves the data cursor as {layout.DATA_CURSOR} under --save"
@@ -328,12 +328,12 @@ def test_checkpoint_and_rollout_files_trainstack_reads():
                   f"hub.push_rollouts reads {layout.ROLLOUT_DATA_FILE}")
     assert any(isinstance(c.func, ast.Attribute) and c.func.attr == "format" and [k.arg for k in c.keywords] ==
                ["rollout_id"] for c in calls(dump, "format")), \
-        "--save-debug-rollout-data is no longer formatted with rollout_id= (trainstack/rundir/layout.ROLLOUT_DATA_FILE)"
+        "--save-debug-rollout-data is no longer formatted with rollout_id= (trainstack/run/rundir/layout.ROLLOUT_DATA_FILE)"
 
 
 def test_metric_keys_trainstack_reads():
     from trainstack.metrics import STEP_KEYS
-    from trainstack.rundir.progress import REWARD
+    from trainstack.run.rundir.progress import REWARD
 
     logged = package_strings("slime")
     missing = [k for k in STEP_KEYS if k not in logged]

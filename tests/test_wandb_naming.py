@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, run_py
-from trainstack.pipeline import build_from_overrides
+from trainstack.render.pipeline import build_from_overrides
 
 NO_KEY = {"WANDB_API_KEY": "", "WANDB_SILENT": "true", "WANDB_MODE": ""}
 
@@ -43,7 +43,7 @@ def _offline_runs(run_dir: Path) -> list[dict]:
     from wandb.proto import wandb_internal_pb2 as pb
 
     from trainstack.metrics.wandb_offline import read_run, records
-    from trainstack.wandb_sync import offline_dirs
+    from trainstack.reports.wandb_sync import offline_dirs
 
     out = []
     for d in offline_dirs(run_dir):
@@ -85,7 +85,7 @@ def test_a_resumed_offline_run_continues_and_sync_uploads_in_order(tmp_path):
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     import subprocess
 
-    sync = [sys.executable, "-m", "trainstack.cli", "sync", "wb-e2e"]
+    sync = [sys.executable, "-m", "trainstack.cli.main", "sync", "wb-e2e"]
     res = subprocess.run(sync, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     calls = [json.loads(ln) for ln in log.read_text().splitlines()]

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 from trainstack.errors import ConfigError, ConfigErrors
 
 if TYPE_CHECKING:
-    from trainstack.render import SlimeCommand
-    from trainstack.resolve import ResolvedRun
-    from trainstack.runspec import RunSpec
+    from trainstack.render.command import SlimeCommand
+    from trainstack.config.resolve import ResolvedRun
+    from trainstack.run.spec import RunSpec
 
 __all__ = ["ConfigError", "ConfigErrors", "Diff", "DryRun", "LaunchResult", "Metrics", "Run", "RunBusy",
            "RunFailed", "RunStatus", "diff_runs"]
@@ -26,7 +26,7 @@ __all__ = ["ConfigError", "ConfigErrors", "Diff", "DryRun", "LaunchResult", "Met
 
 ENDED = ("finished", "failed", "interrupted", "fenced")  # status.json states a run ends in
 # `trainstack status` judges a "running" run by its lease: "lost (...)" when its launcher died without
-# recording a final state (trainstack/rundir/liveness.py): it will not end by itself, so waiting ends
+# recording a final state (trainstack/run/rundir/liveness.py): it will not end by itself, so waiting ends
 GONE = ("lost",)
 
 
@@ -61,7 +61,7 @@ class DryRun:
     @property
     def verdict(self) -> str:
         """The dry run's last line."""
-        from trainstack.dry_head import verdict_line
+        from trainstack.preflight.dry_head import verdict_line
 
         return verdict_line(self.run_id, self.launcher)
 
@@ -147,7 +147,7 @@ class Run:
                 config_dir: str | Path | None = None) -> "Run":
         """What `python run.py OVERRIDES` composes (`experiment=E` first when given; `config_dir`: like
         `--config-dir`). Raises ConfigErrors with every problem, as the CLI reports them."""
-        from trainstack.pipeline import build_from_overrides
+        from trainstack.render.pipeline import build_from_overrides
 
         if isinstance(overrides, str):
             raise ConfigErrors([ConfigError("overrides", "must be a list of overrides, not one string",
@@ -167,11 +167,12 @@ class Run:
     def open(cls, target: str | Path, runs_root: str | Path | None = None) -> "Run":
         """A run on disk: a run id under `runs_root` (default: $TRAINSTACK_RUNS_ROOT, else ./runs) or a
         run directory (as `trainstack status` takes)."""
-        from trainstack.userconfig import default_runs_root
+        from trainstack.config.userconfig import default_runs_root
 
         runs_root = default_runs_root() if runs_root is None else runs_root
-        from trainstack.rundir import RunDir, layout
-        from trainstack.rundir.targets import _run_id_of, bad_target, find_run
+        from trainstack.run.rundir import RunDir
+        from trainstack.storage import layout
+        from trainstack.run.rundir.targets import _run_id_of, bad_target, find_run
 
         found = find_run(str(target), runs_root)
         if found is None:
@@ -207,24 +208,24 @@ class Run:
         """The portable spec a launch stores (spec.json) and every launcher executes."""
         if self._resolved is None:
             return self._stored_spec()
-        from trainstack.runspec import RunSpec
+        from trainstack.run.spec import RunSpec
 
         run, cmd = self._composed("spec()")
         return RunSpec.from_run(run, cmd)
 
     def _stored_spec(self) -> "RunSpec":
-        from trainstack import runspec
+        from trainstack.run import spec as runspec
 
         return runspec.load(self.run_dir)
 
     # --- the CLI's verbs ------------------------------------------------------------------------
     def dry_run(self) -> DryRun:
         """Every check a launch runs, nothing written (`python run.py ... dry_run=true`)."""
-        from trainstack.preflight import preflight
+        from trainstack.preflight.checks import preflight
 
         run, cmd = self._composed("dry_run()")
         report = preflight(run, cmd, launching=False)
-        from trainstack.dry_summary import facts
+        from trainstack.preflight.dry_summary import facts
         return DryRun(run_id=run.run_id, run_dir=run.run_dir, launcher=run.cluster.launcher, argv=cmd.full_argv(),
                       env=cmd.redacted_env(), plan=report.plan, notes=list(report.notes),
                       deferred=list(report.deferred), warnings=list(run.warnings),
@@ -233,10 +234,10 @@ class Run:
     def launch(self, check: bool = True) -> LaunchResult:
         """Check, store the spec and submit it to the run's launcher (local: returns when the run has
         ended). `check`: raise RunFailed when it ended badly (RunBusy when it runs elsewhere)."""
-        from trainstack.launch import registry
-        from trainstack.lifecycle import EXIT_BUSY
-        from trainstack.preflight import preflight
-        from trainstack.rundir import RunDir
+        from trainstack import registry
+        from trainstack.run.lifecycle import EXIT_BUSY
+        from trainstack.preflight.checks import preflight
+        from trainstack.run.rundir import RunDir
 
         run, cmd = self._composed("launch()")
         preflight(run, cmd, launching=True)
@@ -269,8 +270,9 @@ class Run:
 
     def status(self) -> RunStatus:
         """Where the run stands (`trainstack status RUN`), from its run directory and scheduler."""
-        from trainstack.rundir import RunDir, layout
-        from trainstack.status import collect, fill
+        from trainstack.run.rundir import RunDir
+        from trainstack.storage import layout
+        from trainstack.reports.status import collect, fill
 
         if not Path(self.run_dir, layout.STATUS).exists() and not Path(self.run_dir, layout.SPEC).exists():
             return RunStatus(self.run_id, self.run_dir, None, None, None, None, None, None)
@@ -295,7 +297,7 @@ class Run:
 
 
 def _side(x: "Run | str | Sequence[str]", runs_root: str | Path, config_dir: str | None) -> Any:
-    from trainstack.diff import compose_side, load_spec
+    from trainstack.reports.diff import compose_side, load_spec
 
     if isinstance(x, Run):
         if x._resolved is not None:
@@ -311,8 +313,8 @@ def diff_runs(a: "Run | str | Sequence[str]", b: "Run | str | Sequence[str]", *,
               runs_root: str | Path | None = None, config_dir: str | Path | None = None) -> Diff:
     """`trainstack diff A B`: each side a Run, a run id / run dir / experiment / quoted override list
     (a string, as the CLI takes it), or a list of overrides. Bad sides: ConfigErrors with all problems."""
-    from trainstack.diff import diff_sides, format_text
-    from trainstack.userconfig import default_runs_root
+    from trainstack.reports.diff import diff_sides, format_text
+    from trainstack.config.userconfig import default_runs_root
 
     runs_root = default_runs_root() if runs_root is None else runs_root
 

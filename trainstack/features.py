@@ -10,7 +10,7 @@ A checkout whose installed metadata predates a feature (an editable install made
 pyproject.toml gained the group) would silently lose that feature's checks and hooks; then the
 group is read from the checkout's own pyproject.toml instead.
 
-The launchers' group (`trainstack.launchers`, trainstack/launch/registry.py) is read the same way:
+The launchers' group (`trainstack.launchers`, trainstack/registry.py) is read the same way:
 each entry_points.txt is parsed once per process, for every group at once.
 """
 from __future__ import annotations

@@ -57,10 +57,10 @@ class RemoteCheckpoint(Protocol):
 class RunContext:
     """One execution of a stored run, as the lifecycle hooks see it (the lease is held)."""
 
-    spec: Any  # trainstack.runspec.RunSpec
-    rundir: Any  # trainstack.rundir.RunDir
-    lease: Any  # trainstack.lease.Lease
-    plan: Any  # trainstack.resume.ResumePlan
+    spec: Any  # trainstack.run.spec.RunSpec
+    rundir: Any  # trainstack.run.rundir.RunDir
+    lease: Any  # trainstack.fencing.lease.Lease
+    plan: Any  # trainstack.run.resume.ResumePlan
 
 
 class Companion(Protocol):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainstack.resolve import PROJECT_ROOT
+from trainstack.config.resolve import PROJECT_ROOT
 from trainstack.tools.golden import PLACEHOLDER_OVERRIDES, ROOT_MARK  # machine-independent paths, as in goldens
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # devtools/ lives only in a checkout, beside tests/
@@ -46,8 +46,8 @@ def _normalise(value: Any) -> Any:
 
 def as_parsed(spec: Any, value: Any) -> Any:
     """The value argparse makes of the rendered tokens: strings for untyped flags (`8998` -> '8998')."""
-    from trainstack import argtable as at
-    from trainstack.render import format_value
+    from trainstack.upstream import argtable as at
+    from trainstack.render.command import format_value
 
     if isinstance(value, list):
         return [as_parsed(spec, v) for v in value]
@@ -60,7 +60,7 @@ def judge(overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judge
     """Compose, resolve, validate (rule by rule) and render; never raises ConfigErrors. `skip`
     names rules to leave out (the mutation test disables each rule in turn)."""
     from trainstack.errors import ConfigErrors
-    from trainstack.pipeline import compose
+    from trainstack.render.pipeline import compose
 
     try:
         cfg, origin = compose([*PLACEHOLDER_OVERRIDES, *overrides])
@@ -71,11 +71,11 @@ def judge(overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judge
 
 def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judgement:
     """judge() from a config Hydra already composed (the per-dest oracle composes each base once)."""
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
     from trainstack.errors import ConfigErrors
-    from trainstack.render import render
-    from trainstack.resolve import resolve
-    from trainstack.validate import RULES, Ctx
+    from trainstack.render.command import render
+    from trainstack.config.resolve import resolve
+    from trainstack.rules.validate import RULES, Ctx
 
     try:
         run = resolve(cfg, origin)
@@ -94,7 +94,7 @@ def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozen
     cmd = render(run)
     table = load_table()
     intended = {d: as_parsed(table[d], v) for d, v in run.args.items() if v is not None}
-    from trainstack.switch_rules import NONE_READ_AS_FALSE
+    from trainstack.rules.switch_rules import NONE_READ_AS_FALSE
 
     for d in NONE_READ_AS_FALSE & {d for d, v in intended.items() if v is False}:
         intended[d] = None  # no flag renders false: slime holds its default None, which Megatron reads as false

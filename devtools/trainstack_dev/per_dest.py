@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainstack.resolve import PATH_DESTS
+from trainstack.config.resolve import PATH_DESTS
 from trainstack_dev.oracle import CHECKOUT, Judgement, judge
 
 PER_DEST_PATH = CHECKOUT / "tests" / "oracle" / "per_dest_oracle.json"
@@ -58,7 +58,7 @@ VALUES: dict[str, list[tuple[str, Any]]] = {
 
 def excluded() -> dict[str, str]:
     """Every dest no probe sets, with why."""
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
     from trainstack.secrets import is_secret_name
 
     return {**{d: SECRET for d in load_table().dests() if is_secret_name(d)}, **EXCLUDED}
@@ -129,7 +129,7 @@ PATH_HINTS = ("path", "dir", "file", "load", "save", "checkpoint", "data", "toke
 
 def values_of(spec) -> list[tuple[str, Any]]:
     """(case, value) for one dest, from its kind in the table."""
-    from trainstack import argtable as at
+    from trainstack.upstream import argtable as at
 
     if spec.dest in VALUES:
         return VALUES[spec.dest]
@@ -177,8 +177,8 @@ def values_of(spec) -> list[tuple[str, Any]]:
 
 
 def probes() -> list[Probe]:
-    from trainstack.argtable import load_table
-    from trainstack.range_rules import RANGES
+    from trainstack.upstream.argtable import load_table
+    from trainstack.rules.range_rules import RANGES
 
     table = load_table()
     out = []
@@ -200,9 +200,9 @@ def forced_render(base: str, probe: Probe, refusal: Judgement) -> Judgement:
     """A probe trainstack refuses while resolving (no argv): rendered anyway, faithfully (the base's
     resolved run with the probe's value put on its dest), so slime's parser can say whether the
     refusal is a false one."""
-    from trainstack.argtable import load_table
-    from trainstack.render import render
-    from trainstack.resolve import normalise_append, resolve
+    from trainstack.upstream.argtable import load_table
+    from trainstack.render.command import render
+    from trainstack.config.resolve import normalise_append, resolve
     from trainstack_dev.oracle import _normalise, as_parsed
 
     cfg, origin = composed(base)
@@ -236,7 +236,7 @@ def composed(base: str) -> tuple[Any, Any]:
     """A base config as Hydra composes it (once per base), and a copy to change."""
     import copy
 
-    from trainstack.pipeline import compose
+    from trainstack.render.pipeline import compose
     from trainstack.tools.golden import PLACEHOLDER_OVERRIDES
 
     if base not in _COMPOSED:
@@ -255,8 +255,8 @@ def judge_on_base(base: str, overrides: list[str], skip: frozenset[str] = frozen
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from trainstack.errors import ConfigErrors
-    from trainstack.overrides import normalise_argv
-    from trainstack.resolve import CONF_DIR
+    from trainstack.config.overrides import normalise_argv
+    from trainstack.config.resolve import CONF_DIR
     from trainstack_dev.oracle import judge_composed
 
     cfg, origin0 = composed(base)

@@ -229,7 +229,7 @@ INVALID_CASES: dict[str, list[str]] = {
     # issue #20: slime asserts top-p ids a custom generate function does not fill (upstream_rules)
     "custom_generate_top_p": ["args.custom_generate_function_path=trainstack_plugins.http_env.generate.generate",
                               "args.rollout_top_p=0.9"],
-    # issue #25 / #22: ranges the parser does not check (trainstack/range_rules.py)
+    # issue #25 / #22: ranges the parser does not check (trainstack/rules/range_rules.py)
     "mem_fraction_above_one": ["args.sglang_mem_fraction_static=1.5"],
     "top_p_zero": ["args.rollout_top_p=0.0"],
     "top_k_zero": ["args.rollout_top_k=0"],
@@ -314,7 +314,7 @@ def render_corpus(out: Path) -> None:
 
 
 def record(rendered: Path, verdicts: Path) -> None:
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     rows = json.loads(rendered.read_text())
     slime = {v["id"]: v for v in json.loads(verdicts.read_text())["verdicts"]}

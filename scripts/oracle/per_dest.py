@@ -160,7 +160,7 @@ def record() -> None:
     out = consolidate(slime, out)
     print(f"consolidated: {len(out)} entries ({slime.parses - first} parses)", file=sys.stderr)
     slime.close()
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     meta = {**slime.versions, "slime_commit_table": load_table().slime_commit, "bases": BASES,
             "parses": slime.parses, "parse_seconds": round(slime.seconds, 1),

@@ -37,9 +37,9 @@ def render() -> dict:
 
 
 def render_one(preset: str) -> dict | None:
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
     from trainstack.inputs.prepare import for_run
-    from trainstack.render import render_dest
+    from trainstack.render.command import render_dest
 
     run = _build(preset)
     if run is None:
@@ -62,7 +62,7 @@ def render_one(preset: str) -> dict | None:
 def _build(preset: str):
     """The preset on enough 8-GPU nodes for its parallelism (the conversion's flags do not depend on them)."""
     from trainstack.errors import ConfigErrors
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     for nodes in (1, 16, 128):
         try:

@@ -49,8 +49,8 @@ def write_run_dir(runs_root: Path, overrides: list[str], curves: Curve, *, conf_
     """Compose ``overrides`` for real and write the run directory the contract describes."""
     import yaml
 
-    from trainstack.display import redact
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.reports.display import redact
+    from trainstack.render.pipeline import build_from_overrides
 
     default_root = Path(runs_root).resolve() == (Path.cwd() / "runs").resolve()  # then leave paths.runs_root alone
     run, cmd = build_from_overrides([*overrides, *([] if default_root else [f"paths.runs_root={runs_root}"])], conf_dir)
@@ -93,8 +93,8 @@ def fake_gpu_host(cwd: Path, overrides: list[str]) -> list[str]:
     path the run names (data files, checkpoint directories), as empty stand-ins. Returns what it made."""
     import os
 
-    from trainstack.pipeline import build_from_overrides
-    from trainstack.host import HostFacts, _inputs, _plugins, slime_script
+    from trainstack.render.pipeline import build_from_overrides
+    from trainstack.preflight.host_checks import HostFacts, _inputs, _plugins, slime_script
 
     old = os.getcwd()
     os.chdir(cwd)
@@ -153,8 +153,8 @@ def fake_slime_git(root: Path, commit: str | None = None) -> None:
 
 def write_checkpoint(save_dir: Path, rollout_id: int) -> None:
     """A complete checkpoint of `rollout_id` in slime's layout with its manifest, the tracker naming it
-    (the one place tests spell the layout; trainstack.checkpoints decides what is complete)."""
-    from trainstack.checkpoints import TRACKER, Manifest, iter_name
+    (the one place tests spell the layout; trainstack.storage.checkpoints decides what is complete)."""
+    from trainstack.storage.checkpoints import TRACKER, Manifest, iter_name
 
     d = Path(save_dir) / iter_name(rollout_id)
     d.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from trainstack.argtable import load_table
+from trainstack.upstream.argtable import load_table
 from trainstack.errors import ConfigErrors
 from trainstack.tiny import flags as F
 from trainstack.tiny.cli import _load_raw_actions, parse_argv

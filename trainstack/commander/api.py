@@ -22,9 +22,9 @@ from pydantic import BaseModel, Field
 from trainstack.commander.reconciler import CommanderConfig, worker_log_path
 from trainstack.commander.store import TERMINAL_PHASES, Store
 from trainstack.commander.provider import PodRequest
-from trainstack.fence import epoch_superseded
+from trainstack.fencing.fence import epoch_superseded
 from trainstack.metrics import relay
-from trainstack.rundir.progress import ReportedProgress
+from trainstack.run.rundir.progress import ReportedProgress
 
 
 class Register(BaseModel):
@@ -291,7 +291,7 @@ def create_app(store: Store, config: CommanderConfig, admin_token: str, worker_t
     def logs(run_id: str, which: str = "trainer", offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
         rec = get_run(run_id)
         req = PodRequest.from_dict(rec.settings)
-        from trainstack.rundir import layout
+        from trainstack.storage import layout
 
         path = (f"{req.run_dir(run_id)}/{layout.LOGS}/{layout.TRAINER_LOG}" if which == "trainer"
                 else worker_log_path(req, run_id, rec.epoch))

@@ -291,7 +291,7 @@ class LiumProvider:
         """Why the pod's image cannot run the worker (no trainstack for `python`, no `trainstack` command), or
         None. A stock image (a template without trainstack) is found here, before the worker is started."""
         q = shlex.quote(python)
-        probe = (f"{q} -c 'import trainstack.worker' 2>/dev/null && exit 0; command -v trainstack >/dev/null && exit 0; "
+        probe = (f"{q} -c 'import trainstack.launch.lium_worker' 2>/dev/null && exit 0; command -v trainstack >/dev/null && exit 0; "
                  f"echo \"$({q} --version 2>&1 | head -c 200)\"; exit 3")
         with self._lium() as lium:
             out = lium.exec(self._info(lium, pod_id), command=probe, timeout=120)

@@ -31,7 +31,7 @@ from typing import Any
 
 from trainstack.commander.provider import LiumProvider, NoNode, PodRequest, idempotency_key, pod_name
 from trainstack.commander.store import CommanderRun, Store
-from trainstack.fence import ENV_COMMANDER_EPOCH
+from trainstack.fencing.fence import ENV_COMMANDER_EPOCH
 from trainstack.secrets import FORWARDED_SECRETS
 
 # Not secrets, but where the secrets are good: a Hub mirror or private endpoint, a self-hosted wandb.
@@ -59,7 +59,7 @@ class CommanderConfig:
     backoff_max_s: float = 300.0
     volume_retention_s: float = 7 * 86400.0  # an ended run's volume (one the commander made) is deleted after this
     exit_when_idle_s: float | None = None  # a commander a launch started: exit once no run is active this long
-    worker_argv: list[str] = field(default_factory=list)  # default: [<pod python>, -m, trainstack.worker]
+    worker_argv: list[str] = field(default_factory=list)  # default: [<pod python>, -m, trainstack.launch.lium_worker]
 
     def __post_init__(self) -> None:
         if not 0 < self.worker_deadline_s < self.lease_ttl_s:
@@ -261,7 +261,7 @@ class Reconciler:
         checkpoint as new (a lost or wiped volume, `volume=null`) and no Hub copy can restore it."""
         if run.last_checkpoint is None or ((run.spec.get("hub") or {}).get("repo_id")):
             return None
-        from trainstack.rundir import layout
+        from trainstack.storage import layout
 
         raw = self.provider.read(pod_id, f"{run_dir}/{layout.CHECKPOINTS}/{layout.TRACKER}", 0, 64)
         try:
@@ -399,7 +399,7 @@ class Reconciler:
                 return
             run_dir = req.run_dir(run.run_id)
             spec = dict(run.spec)
-            from trainstack.rundir import layout
+            from trainstack.storage import layout
 
             self.provider.put_file(pod_id, f"{run_dir}/{layout.SPEC}",
                                    (json.dumps(spec, indent=1, sort_keys=True, default=str) + "\n").encode())
@@ -410,7 +410,7 @@ class Reconciler:
                         Store.event(db, run.run_id, "volume_lost", epoch, last_checkpoint=run.last_checkpoint,
                                     pod_id=pod_id)
                 return
-            argv = self.config.worker_argv or [req.python, "-m", "trainstack.worker"]
+            argv = self.config.worker_argv or [req.python, "-m", "trainstack.launch.lium_worker"]
             env = {"TRAINSTACK_COMMANDER_URL": self.config.public_url,
                    "TRAINSTACK_COMMANDER_TOKEN": self.worker_token(run.run_id),
                    "TRAINSTACK_RUN_ID": run.run_id, ENV_COMMANDER_EPOCH: str(epoch),

@@ -75,11 +75,11 @@ class BackgroundEval:
         self.started.append(spec.run_id)
         _say(f"evaluating the checkpoint of rollout {iteration} as run {spec.run_id}")
         if self.launcher in (None, "local"):
-            from trainstack.rundir import RunDir
+            from trainstack.run.rundir import RunDir
 
             self.job = run.start_detached(spec, RunDir(spec.run_dir).logs / "eval-launch.log")
         else:
-            from trainstack.launch import registry
+            from trainstack import registry
 
             registry.get(self.launcher).submit(spec)  # queued: the scheduler runs it
 

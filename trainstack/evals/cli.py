@@ -16,7 +16,7 @@ from typing import Any
 
 
 def add_eval(sub: Any) -> None:
-    from trainstack.userconfig import RUNS_ROOT_ENV, default_runs_root
+    from trainstack.config.userconfig import RUNS_ROOT_ENV, default_runs_root
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoints as eval-only runs (slime's num_rollout=0 path); "
                        "results attach to the run's iterations",
@@ -39,11 +39,11 @@ def add_eval(sub: Any) -> None:
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:
-    from trainstack import runspec
+    from trainstack.run import spec as runspec
     from trainstack.errors import ConfigError, ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
     from trainstack.evals import run
     from trainstack.evals.plan import EvalOf, complete_iterations, eval_spec, parse_overrides, select
-    from trainstack.rundir.targets import expand
+    from trainstack.run.rundir.targets import expand
 
     try:
         targets = [t for t in ns.items if "=" not in t]
@@ -51,7 +51,7 @@ def cmd_eval(ns: argparse.Namespace) -> int:
         if not targets:
             raise ConfigErrors([ConfigError("RUN", "no run named", "e.g. trainstack eval RUN_ID --all")])
         if ns.launcher:
-            from trainstack.launch import registry
+            from trainstack import registry
 
             registry.get(ns.launcher)  # an unknown launcher is refused before anything is written
         specs = []
@@ -81,7 +81,7 @@ def cmd_eval(ns: argparse.Namespace) -> int:
         try:
             import contextlib
 
-            from trainstack.launch import registry
+            from trainstack import registry
 
             launcher = registry.get(spec.launcher)
             with contextlib.redirect_stdout(sys.stderr):  # the trainer's console is a log; stdout is the table
@@ -112,7 +112,7 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print(json.dumps({"evals": rows}, indent=1, sort_keys=True))
         return
-    from trainstack.tables import output_width
+    from trainstack.terminal.tables import output_width
 
     names = sorted({k for r in rows for k in r["metrics"] if "/" not in k[5:] and "truncated" not in k})
     head = ["run", "iter", *names, "state", "eval run"]

@@ -63,8 +63,8 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     one ConfigErrors naming every bad token."""
     import yaml
 
-    from trainstack import argtable as at
-    from trainstack.resolve import check_dest_value
+    from trainstack.upstream import argtable as at
+    from trainstack.config.resolve import check_dest_value
 
     table = at.load_table()
     out: dict[str, Any] = {}
@@ -105,7 +105,7 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
 
 def complete_iterations(save_dir: str) -> list[int]:
     """The source run's complete, published checkpoints, oldest first (never an unpublished newer one)."""
-    from trainstack.checkpoints import inspect, is_complete, iterations
+    from trainstack.storage.checkpoints import inspect, is_complete, iterations
 
     latest = inspect(save_dir).latest_complete
     if latest is None:
@@ -157,8 +157,8 @@ def _move(value: Any, old: str, new: str) -> Any:
 
 def _argv_with(groups: dict[str, list[str]], values: dict[str, Any]) -> dict[str, list[str]]:
     """The stored argv groups with each dest in `values` replaced (None: removed), everything else as stored."""
-    from trainstack import argtable as at
-    from trainstack.render import flag_spans, render_dest
+    from trainstack.upstream import argtable as at
+    from trainstack.render.command import flag_spans, render_dest
 
     table = at.load_table()
     out: dict[str, list[str]] = {}
@@ -178,8 +178,8 @@ def _argv_with(groups: dict[str, list[str]], values: dict[str, Any]) -> dict[str
 def eval_spec(source: Any, iteration: int, overrides: dict[str, Any], runs_root: str | Path,
               launcher: str | None = None) -> Any:
     """The stored run that evaluates `source`'s checkpoint `iteration` (a RunSpec, not yet written)."""
-    from trainstack.runspec import make_provenance
-    from trainstack.schema import HubSpec
+    from trainstack.run.spec import make_provenance
+    from trainstack.config.schema import HubSpec
 
     tag = tag_of(overrides)
     run_id = eval_run_id(source.run_id, iteration, tag)
@@ -206,7 +206,7 @@ def eval_spec(source: Any, iteration: int, overrides: dict[str, Any], runs_root:
     command["run_id"] = run_id
     env = dict(command.get("env") or {})
     if env.get("WANDB_RUN_ID"):  # the eval's own W&B run, never the source's
-        from trainstack.run_ids import wandb_run_id
+        from trainstack.config.run_ids import wandb_run_id
 
         env["WANDB_RUN_ID"] = wandb_run_id(run_id)
     command["env"] = env

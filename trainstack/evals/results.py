@@ -40,7 +40,7 @@ def tagged(metrics: dict[str, float], sets: list[str], tag: str) -> dict[str, fl
 def measured(run_dir: str | Path, iteration: int) -> dict[str, float]:
     """The eval metrics an eval run logged for `iteration` (its last record for that step wins)."""
     from trainstack.metrics.jsonl import records
-    from trainstack.rundir import layout
+    from trainstack.storage import layout
 
     try:
         text = (Path(run_dir) / layout.METRICS).read_text(encoding="utf-8", errors="replace")
@@ -56,7 +56,8 @@ def measured(run_dir: str | Path, iteration: int) -> dict[str, float]:
 
 def attach(spec: Any) -> dict[str, Any] | None:
     """Append the eval run's results to its source run's evals.jsonl; the record, or None when there is none."""
-    from trainstack.rundir import append_line, layout
+    from trainstack.run.rundir import append_line
+    from trainstack.storage import layout
 
     of = EvalOf.of(spec)
     if of is None:
@@ -74,7 +75,7 @@ def attach(spec: Any) -> dict[str, Any] | None:
 def attached(run_dir: str | Path) -> list[dict[str, Any]]:
     """The records of a run's evals.jsonl, oldest first."""
     from trainstack.metrics.jsonl import records
-    from trainstack.rundir import layout
+    from trainstack.storage import layout
 
     try:
         return records((Path(run_dir) / layout.EVALS).read_text(encoding="utf-8", errors="replace"))

@@ -28,7 +28,7 @@ def check(spec: Any) -> None:
 
 
 def store(spec: Any) -> None:
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     Path(spec.run_dir).mkdir(parents=True, exist_ok=True)
     RunDir(spec.run_dir).write_spec(spec)
@@ -38,7 +38,7 @@ def done(spec: Any) -> bool:
     """This eval run already finished and its result is attached to the source run (nothing to redo)."""
     from trainstack.evals.plan import EvalOf
     from trainstack.evals.results import attached
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     of = EvalOf.of(spec)
     if of is None or RunDir(spec.run_dir).status().get("state") != "finished":

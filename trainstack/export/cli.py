@@ -11,7 +11,7 @@ from typing import Any
 
 
 def add_export(sub: Any) -> None:
-    from trainstack.userconfig import RUNS_ROOT_ENV, default_runs_root
+    from trainstack.config.userconfig import RUNS_ROOT_ENV, default_runs_root
 
     p = sub.add_parser("export", help="a checkpoint as a Hugging Face model directory (CPU: the tiny model's Qwen3; "
                        "slime: its torch_dist -> HF converter), to a directory or a Hub repo")
@@ -31,12 +31,12 @@ def add_export(sub: Any) -> None:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    from trainstack import runspec
+    from trainstack.run import spec as runspec
     from trainstack.errors import ConfigError, ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
     from trainstack.export import plan as P
     from trainstack.export.write import write
-    from trainstack.rundir.layout import EXPORTS, iter_name
-    from trainstack.rundir.targets import bad_target, find_run
+    from trainstack.storage.layout import EXPORTS, iter_name
+    from trainstack.run.rundir.targets import bad_target, find_run
 
     tmp = None
     try:
@@ -45,7 +45,7 @@ def cmd_export(ns: argparse.Namespace) -> int:
             raise ConfigErrors([bad_target(ns.run, ns.runs_root)])
         spec = runspec.load(run_dir)
         if ns.hub:
-            from trainstack.schema import HubSpec
+            from trainstack.config.schema import HubSpec
 
             if not HubSpec.REPO_ID.match(ns.hub):
                 raise ConfigErrors([ConfigError("--hub", "not a Hub repo id", "use <user or org>/<repo name>",

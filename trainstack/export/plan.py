@@ -23,14 +23,14 @@ class Export:
 
     @property
     def checkpoint(self) -> str:
-        from trainstack.rundir.layout import iter_name
+        from trainstack.storage.layout import iter_name
 
         return os.path.join(self.save_dir, iter_name(self.iteration))
 
     def provenance(self, how: str) -> dict[str, Any]:
         """What the export was made from (written beside the weights; the tiny writer also puts it in config.json)."""
-        from trainstack.checkpoints import Manifest
-        from trainstack.runspec import checkout_state
+        from trainstack.storage.checkpoints import Manifest
+        from trainstack.run.spec import checkout_state
 
         try:
             manifest = Manifest.read(self.save_dir, self.iteration)

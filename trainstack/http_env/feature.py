@@ -52,7 +52,7 @@ def _preflight(run: Any, cmd: Any, made_by_data_hook: Callable[[str], bool]) -> 
     if (run.meta.get("env") or {}).get(CONFIG_KEY) is None:
         return []
     from trainstack.extras import EXTRAS, problem
-    from trainstack.launch.registry import launcher_class
+    from trainstack.registry import launcher_class
 
     if not launcher_class(run.cluster.launcher).runs_here(run.cluster.settings or {}):
         return []

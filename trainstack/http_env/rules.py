@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.http_env.settings import CONFIG_KEY, parse_block
-from trainstack.validate import Ctx
+from trainstack.rules.validate import Ctx
 
 PREFIX = f"env.meta.{CONFIG_KEY}."
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.schema import to_typed
+from trainstack.config.schema import to_typed
 
 CONFIG_KEY = "http_env"  # the custom-config key (slime: args.http_env) and the meta block's name
 REWARD_MODES = ("sum", "last", "terminal")

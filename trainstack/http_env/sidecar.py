@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any, Optional
 from trainstack.http_env import protocol as P
 from trainstack.http_env.settings import CONFIG_KEY, HttpEnvBlock, ServeSettings, parse_block
 from trainstack.procgroup import die_with_parent
-from trainstack.rundir import layout
+from trainstack.storage import layout
 
 if TYPE_CHECKING:
-    from trainstack.lifecycle import Runner, StartRunner
-    from trainstack.resolve import ResolvedRun
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.run.lifecycle import Runner, StartRunner
+    from trainstack.config.resolve import ResolvedRun
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
 READY_TIMEOUT_S = 60.0
 HEALTH_TIMEOUT_S = 3.0
@@ -62,7 +62,7 @@ def health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> tuple[bool, str]:
 
 
 def serve_argv(serve: ServeSettings, ready_file: str) -> list[str]:
-    argv = [sys.executable, "-m", "trainstack.cli", "env", "serve", serve.env, "--host", serve.host, "--port", "0",
+    argv = [sys.executable, "-m", "trainstack.cli.main", "env", "serve", serve.env, "--host", serve.host, "--port", "0",
             "--max-sessions", str(serve.max_sessions), "--session-ttl-s", str(serve.session_ttl_s),
             "--ready-file", ready_file]
     if serve.terminal_hook:
@@ -161,7 +161,7 @@ def client_config_text(block: HttpEnvBlock, url: str) -> str:
 
 
 def write_client_config(path: str, block: HttpEnvBlock, url: str) -> None:
-    from trainstack.rundir import atomic_write
+    from trainstack.run.rundir import atomic_write
 
     atomic_write(Path(path), client_config_text(block, url))
 
@@ -188,7 +188,7 @@ def with_sidecars(spec: "RunSpec", start: "StartRunner") -> "StartRunner":
         server = None
         url = block.settings.url or ""
         if block.serve is not None:
-            from trainstack.phase import phase
+            from trainstack.terminal.phase import phase
 
             server = EnvServerProcess(block.serve, rundir, env, cwd)
             with phase(f"starting the env server ({block.serve.env}; log {server.log_path})"):

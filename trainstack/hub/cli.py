@@ -12,8 +12,8 @@ from typing import Any
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.hub import layout
-from trainstack.rundir import RunDir
-from trainstack.rundir.layout import SPEC, TRACKER, iter_name
+from trainstack.run.rundir import RunDir
+from trainstack.storage.layout import SPEC, TRACKER, iter_name
 
 EXIT_HUB = 1  # the Hub did not answer, or a download did not check out
 RUN_ID = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -22,7 +22,7 @@ CURSOR = re.compile(r"^global_dataset_state_dict_(\d+)\.pt$")
 
 def _target(ns: argparse.Namespace) -> tuple[str, str, RunDir | None]:
     """(run_id, repo_id, the local run dir if there is one)."""
-    from trainstack.rundir.targets import find_run
+    from trainstack.run.rundir.targets import find_run
 
     run_dir = find_run(ns.run, ns.runs_root)
     run_id = run_dir.name if run_dir is not None else ns.run
@@ -149,7 +149,7 @@ def cmd_pull(ns: argparse.Namespace) -> int:
     n = int(record["iteration"])
     lease = None
     if rundir is not None and ns.to is None:  # filling a run's own checkpoints: only while nobody runs it
-        from trainstack.lease import Lease, LeaseHeld
+        from trainstack.fencing.lease import Lease, LeaseHeld
 
         try:
             lease = Lease.acquire(rundir.lease_file, ttl_s=60)
@@ -183,8 +183,8 @@ def cmd_pull(ns: argparse.Namespace) -> int:
 
 
 def add_hub(sub: Any) -> None:
-    from trainstack.cli import RUNS_ROOT_HELP
-    from trainstack.userconfig import default_runs_root
+    from trainstack.cli.main import RUNS_ROOT_HELP
+    from trainstack.config.userconfig import default_runs_root
 
     p = sub.add_parser("hub", help="what the Hugging Face Hub holds of a run (ls), fetch a checkpoint by hand (pull)",
                        description="Runs pushed with hub.repo_id=<user>/<repo> (docs/hub.md).")

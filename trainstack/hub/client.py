@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trainstack import secrets
-from trainstack.hf_env import bound_xet_memory
+from trainstack.storage.hf_xet import bound_xet_memory
 from trainstack.hub import layout
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from trainstack.rundir import layout as rundir_layout
-from trainstack.rundir.layout import iter_name
+from trainstack.storage import layout as rundir_layout
+from trainstack.storage.layout import iter_name
 
 POINTER = "latest.json"
 MANIFESTS = "manifests"

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from trainstack.fence import Epoch, Fenced
+from trainstack.fencing.fence import Epoch, Fenced
 from trainstack.hub import layout
 from trainstack.hub.client import HubClient, StalePointer
-from trainstack.rundir import now_iso
-from trainstack.rundir.layout import iter_name
+from trainstack.run.rundir import now_iso
+from trainstack.storage.layout import iter_name
 
 MANIFEST_FORMAT = 1
 HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
@@ -42,7 +42,7 @@ class PushJob:
     save_dir: str
     lease_epoch: Epoch  # the run-dir lease's epoch this push runs under (recorded in the pointer)
     args: dict[str, Any]  # the training config, for the resume check of whoever restores it
-    inputs: dict[str, Any] | None = None  # input paths + content fingerprints (trainstack/identity.py)
+    inputs: dict[str, Any] | None = None  # input paths + content fingerprints (trainstack/config/input_identity.py)
     spec_json: bytes | None = None
     hf_template: str | None = None  # --save-hf
     rollout_template: str | None = None  # --save-debug-rollout-data, when hub.push_rollouts

@@ -16,18 +16,18 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from trainstack.checkpoints import inspect, is_complete
-from trainstack.fence import Fenced
+from trainstack.storage.checkpoints import inspect, is_complete
+from trainstack.fencing.fence import Fenced
 from trainstack.hub import layout
 from trainstack.hub.push import PushJob, PushResult, push_checkpoint
-from trainstack.rundir import now_iso
-from trainstack.rundir.layout import iter_name
+from trainstack.run.rundir import now_iso
+from trainstack.storage.layout import iter_name
 
 if TYPE_CHECKING:
     from trainstack.hub.client import HubClient
-    from trainstack.lease import Lease
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.fencing.lease import Lease
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
 
 def _say(msg: str) -> None:
@@ -225,7 +225,7 @@ class SyncWorker:
     def _job(self, i: int) -> PushJob:
         import socket
 
-        from trainstack.binding import training_relevant
+        from trainstack.run.binding import training_relevant
 
         spec_json = json.dumps(self.spec.to_json(), indent=1, sort_keys=True, default=str).encode()
         return PushJob(run_id=self.spec.run_id, iteration=i, save_dir=self.save_dir,
@@ -243,7 +243,7 @@ class SyncWorker:
             self._unrecorded(ex, event)
 
     def _unrecorded(self, ex: OSError, what: str) -> None:
-        from trainstack import storage
+        from trainstack.storage import faults as storage
 
         if not storage.is_storage_error(ex):
             raise ex

@@ -8,7 +8,7 @@ import argparse
 def cmd_prepare(ns: argparse.Namespace) -> int:
     from trainstack.errors import ConfigErrors, report_and_exit
     from trainstack.inputs.prepare import for_run, plan, prepare
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     try:
         run, cmd = build_from_overrides(ns.overrides, ns.config_dir)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.hf_env import bound_xet_memory
+from trainstack.storage.hf_xet import bound_xet_memory
 from trainstack.inputs import cache
 from trainstack.inputs.sources import DatasetSource, ModelSource, Sources, pinned, read
-from trainstack.phase import phase
+from trainstack.terminal.phase import phase
 
 REFS = "refs"
 DISK_MARGIN = 1.05  # a download needs its size plus 5 %
@@ -85,9 +85,9 @@ class Converter:
 
 def converter_for(config: Mapping[str, Any], args: Mapping[str, Any], backend: str, gpus_per_node: int,
                   slime_commit: str) -> Converter:
-    from trainstack.argtable import load_table
-    from trainstack.render import render_dest
-    from trainstack.slime_root import resolve as resolve_slime_root
+    from trainstack.upstream.argtable import load_table
+    from trainstack.render.command import render_dest
+    from trainstack.upstream.slime_root import resolve as resolve_slime_root
 
     table = load_table()
     skip = _training_dests()

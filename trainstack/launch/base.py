@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 from trainstack.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trainstack.rundir.manifest import SweepRun
-    from trainstack.runspec import RunSpec
+    from trainstack.run.rundir.manifest import SweepRun
+    from trainstack.run.spec import RunSpec
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Row:
 class RunEnd:
     """How a sweep's run ended, as its launcher knows it (`sweep_poll`); its result is read from the run dir."""
 
-    state: str  # trainstack.sweep_result.FINISHED or FAILED
+    state: str  # trainstack.run.result.FINISHED or FAILED
     code: int | None = None  # the run's exit code, where known
     error: str | None = None  # why it failed, one line
 
@@ -114,9 +114,9 @@ class Launcher:
     # --- settings -------------------------------------------------------------------------
     def settings(self, spec: "RunSpec") -> Any:
         """This run's settings (checked at compose time, stored in the spec)."""
-        from trainstack.schema import to_typed
+        from trainstack.config.schema import to_typed
 
-        from trainstack.rundir import layout
+        from trainstack.storage import layout
 
         obj, errors = to_typed(self.Settings, dict(spec.cluster.settings or {}), f"cluster.{self.name}.",
                                lambda _k: layout.SPEC)
@@ -163,7 +163,7 @@ class Launcher:
 
     def submit_sweep(self, specs: Sequence["RunSpec"], sweep_dir: Path, nums: Sequence[int]) -> list["SweepRun"]:
         """Submit every (checked) point of a sweep; the manifest's entries. Default: submit one by one."""
-        from trainstack.rundir.manifest import SweepRun
+        from trainstack.run.rundir.manifest import SweepRun
 
         runs = []
         for spec, num in zip(specs, nums):
@@ -189,8 +189,8 @@ class Launcher:
         """A waited sweep (`wait=true`, or a launcher that `waits`): each run's end, None while it is queued or
         running; asked every `poll_s` until every run has ended. Default: the exit code `submit` returned (a
         launcher that waits), else the run dir's state (`status.json`: finished or failed)."""
-        from trainstack.rundir import RunDir
-        from trainstack.sweep_result import FAILED, FINISHED
+        from trainstack.run.rundir import RunDir
+        from trainstack.run.result import FAILED, FINISHED
 
         codes = getattr(self, "_codes", {})
         out: list[RunEnd | None] = []
@@ -212,14 +212,14 @@ class Launcher:
     def execute(self, spec: "RunSpec") -> int:
         """Run the stored command on this machine under the run lifecycle."""
         from trainstack.launch.process import start_local_process
-        from trainstack.lifecycle import execute
+        from trainstack.run.lifecycle import execute
 
         return execute(spec, start_local_process(spec))
 
     # --- following ------------------------------------------------------------------------
     def record_sweep(self, sweep_dir: str | Path, runs: Sequence["SweepRun"], **meta: Any) -> Path:
         """Add these points to `<sweep_dir>/sweep.json` (what `trainstack status SWEEP_DIR` reads)."""
-        from trainstack.rundir import manifest
+        from trainstack.run.rundir import manifest
 
         return manifest.record(sweep_dir, runs, scheduler=self.name, **meta)
 
@@ -229,8 +229,8 @@ class Launcher:
     def cancel(self, rows: Sequence["Row"], dry: bool = False) -> int:
         """Stop these runs. Default: the run's launching process on this host (SIGTERM to the lease
         holder: it gives the trainer `resume.grace_s` for a final checkpoint)."""
-        from trainstack.lease import _read, hostname, pid_alive
-        from trainstack.rundir import RunDir
+        from trainstack.fencing.lease import _read, hostname, pid_alive
+        from trainstack.run.rundir import RunDir
 
         code = 0
         sent = []
@@ -277,7 +277,7 @@ class Launcher:
 
     def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
         """Print the run's trainer log (here: <run_dir>/logs/trainer.log); with follow, keep printing."""
-        from trainstack.rundir import RunDir
+        from trainstack.run.rundir import RunDir
 
         path = RunDir(row.run_dir).trainer_log
         if not path.exists():
@@ -292,7 +292,8 @@ class Launcher:
 def launcher_of_run(run_dir: str | Path) -> str:
     """The launcher a run was submitted with: its spec's `launcher` (read without checking the rest,
     so status works on a spec this version would refuse to execute), else status.json's, else local."""
-    from trainstack.rundir import layout, read_json
+    from trainstack.storage import layout
+    from trainstack.run.rundir import read_json
 
     for name in (layout.SPEC, layout.STATUS):
         data = read_json(Path(run_dir) / name)
@@ -309,9 +310,9 @@ def stopped(run_dir: str, pid: int, wait_s: float = CANCEL_WAIT_S) -> str:
     has exited, or that it is still stopping after `wait_s`."""
     import time
 
-    from trainstack.checkpoints import inspect
-    from trainstack.lease import pid_alive
-    from trainstack.rundir import RunDir
+    from trainstack.storage.checkpoints import inspect
+    from trainstack.fencing.lease import pid_alive
+    from trainstack.run.rundir import RunDir
 
     t0 = time.monotonic()
     while pid_alive(pid) and time.monotonic() - t0 < wait_s:

@@ -30,9 +30,10 @@ from trainstack.errors import CommanderFailure, ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
 from trainstack.launch.lium_commander import (  # noqa: F401  (this module's API too)
     LOCAL_IDLE_EXIT_S, LiumSettings, commander, start_local_commander, state_dir)
-from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
-from trainstack.runspec import RunSpec
-from trainstack.userconfig import run_target
+from trainstack.run.rundir import RunDir, atomic_write, manifest, now_iso
+from trainstack.storage import layout
+from trainstack.run.spec import RunSpec
+from trainstack.config.userconfig import run_target
 
 if TYPE_CHECKING:
     from trainstack.launch.base import Row
@@ -101,7 +102,7 @@ def pod_spec(spec: RunSpec, req) -> dict[str, Any]:
             env.pop("PYTHONPATH")
     cmd["entrypoint"], cmd["env"] = entry, env
     if isinstance(d["config"].get("slime"), dict):  # unset: the checkout this host would use, moved to the image's
-        from trainstack.slime_root import resolve
+        from trainstack.upstream.slime_root import resolve
 
         d["config"]["slime"]["root"] = resolve(d["config"]["slime"].get("root"), os.getcwd())
     for group, key in (("paths", "models_root"), ("paths", "data_root"), ("slime", "root")):  # relative: the pod's cwd
@@ -118,7 +119,7 @@ def _input_moves(spec: RunSpec, req) -> list[tuple[str, str]]:
     """slime's checkout -> the image's (`cluster.lium.pod.slime_root`, the image's $TRAINSTACK_SLIME_ROOT);
     models_root -> the run's volume, so a replacement pod finds the download and conversion (docs/inputs.md)."""
     config = spec.config or {}
-    from trainstack.slime_root import resolve
+    from trainstack.upstream.slime_root import resolve
 
     slime_root = resolve((config.get("slime") or {}).get("root"), os.getcwd())
     models_root = str(Path(str((config.get("paths") or {}).get("models_root") or "models")).absolute())
@@ -144,7 +145,7 @@ def image_problem(template_id: Any, image: Any) -> ConfigError | None:
 def check(spec: RunSpec) -> None:
     """What every launch checks, before anything is registered: the pod settings (a pod that can run
     trainstack), then the resume check."""
-    from trainstack.resume import plan
+    from trainstack.run.resume import plan
 
     req = pod_request(spec)
     problem = image_problem(req.template_id, req.image)
@@ -188,7 +189,7 @@ def wait_for(client, run_ids: Sequence[str], poll_s: float) -> dict[str, dict]:
     """Block until every run is finished, failed, cancelled or paused; their records."""
     from trainstack.commander.client import Unreachable
 
-    from trainstack.console import duration
+    from trainstack.terminal.console import duration
 
     pending = set(run_ids)
     done: dict[str, dict] = {}
@@ -268,7 +269,7 @@ class LiumLauncher(Launcher):
         """Each run's end as the commander records it: finished, or failed / cancelled / paused (with why)."""
         from trainstack.commander.client import Unreachable
         from trainstack.launch.base import RunEnd
-        from trainstack.sweep_result import FAILED, FINISHED
+        from trainstack.run.result import FAILED, FINISHED
 
         client = commander(settings, start=False)
         out: list[Any] = []

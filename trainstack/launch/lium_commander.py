@@ -54,7 +54,7 @@ class LiumSettings:
 
     def problems(self) -> list[tuple[str, Any, str, str]]:
         from trainstack.commander.provider import PodRequest
-        from trainstack.schema import to_typed
+        from trainstack.config.schema import to_typed
 
         out: list[tuple[str, Any, str, str]] = []
         known = {f.name for f in fields(PodRequest)}

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainstack.rundir import RunDir, layout
+from trainstack.run.rundir import RunDir
+from trainstack.storage import layout
 
 
 def _client(run_dir: str | Path):

@@ -1,4 +1,4 @@
-"""The trainer as a process on this machine: its own process group, under trainstack.guard.
+"""The trainer as a process on this machine: its own process group, under trainstack.run.trainer_guard.
 
 What the local launcher runs and what the default `Launcher.execute` hands the lifecycle: the guard
 writes logs/trainer.log, fences the group against the run's lease, stops it if the launcher dies, and
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from trainstack.procgroup import REAP_WAIT_S, kill_group, stop_group
 
 if TYPE_CHECKING:
-    from trainstack.lifecycle import StartRunner
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.run.lifecycle import StartRunner
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
 
 def start_local_process(spec: "RunSpec") -> "StartRunner":
@@ -35,13 +35,13 @@ def start_local_process(spec: "RunSpec") -> "StartRunner":
 
 
 def guarded(argv: list[str], grace_s: float, log: Path | None, secrets: Path | None = None) -> list[str]:
-    """The trainer's argv under trainstack.guard (this Python: it has trainstack)."""
+    """The trainer's argv under trainstack.run.trainer_guard (this Python: it has trainstack)."""
     opts = ["--grace", str(grace_s), "--parent", str(os.getpid())]
     if log is not None:
         opts += ["--log", str(log)]
     if secrets is not None:
         opts += ["--secrets", str(secrets)]
-    return [sys.executable, "-m", "trainstack.guard", *opts, "--", *argv]
+    return [sys.executable, "-m", "trainstack.run.trainer_guard", *opts, "--", *argv]
 
 
 class TrainerProcess:
@@ -59,9 +59,9 @@ class TrainerProcess:
         self._pump.start()
 
     def _tee(self) -> None:
-        """Console echo of the guard's output, rollout lines as progress (trainstack/console.py); the guard
+        """Console echo of the guard's output, rollout lines as progress (trainstack/terminal/console.py); the guard
         keeps the log, every line of it."""
-        from trainstack.console import for_stdout
+        from trainstack.terminal.console import for_stdout
 
         assert self.proc.stdout is not None
         console = for_stdout(sys.stdout)

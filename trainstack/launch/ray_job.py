@@ -2,7 +2,7 @@
 
 The runtime env carries the rendered env vars (PYTHONPATH, CUDA_DEVICE_MAX_CONNECTIONS, W&B
 identity, ...). With `cluster.ray_job.start_head=true` and no Ray answering at the address, a head
-bound to 127.0.0.1 is started in its own process group under trainstack.guard and stopped (that
+bound to 127.0.0.1 is started in its own process group under trainstack.run.trainer_guard and stopped (that
 group only) afterwards, or by the guard when this launcher dies (SIGKILL included); its /tmp/tsray-*
 temp dir goes with it. A Ray cluster trainstack did not start is never stopped.
 """
@@ -27,11 +27,12 @@ from urllib.parse import urlparse
 
 from trainstack.errors import RayFailure
 from trainstack.launch.base import Launcher
-from trainstack.fence import ENV_FILE, ENV_TOKEN
+from trainstack.fencing.fence import ENV_FILE, ENV_TOKEN
 from trainstack.launch.ray_start import owned, ray_start_argv
 from trainstack.procgroup import stop_group
-from trainstack.rundir import RunDir, layout
-from trainstack.runspec import RunSpec
+from trainstack.run.rundir import RunDir
+from trainstack.storage import layout
+from trainstack.run.spec import RunSpec
 from trainstack.secrets import FORWARDED_SECRETS, runtime_env_vars as allowed_env
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -75,7 +76,7 @@ class LocalRayHead:
             env.pop(k, None)
         argv = ray_start_argv("127.0.0.1", num_cpus, num_gpus, self.temp_dir, dashboard_port=dashboard_port)
         self.log = open(log_path, "ab")
-        # under trainstack.guard: the head dies with this launcher, even one killed with SIGKILL
+        # under trainstack.run.trainer_guard: the head dies with this launcher, even one killed with SIGKILL
         self.proc = subprocess.Popen(owned(argv, grace_s=5.0), env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.address = f"http://127.0.0.1:{dashboard_port}"
@@ -102,14 +103,14 @@ class RayJobRunner:
     One job per (run, lease epoch): the submission id is `trainstack-<run_id>-e<epoch>`, so a retried
     submit can never start a second job, and jobs of older epochs of the run (a launcher killed
     before it could stop its job) are waited for, then stopped, before anything is submitted. The
-    entrypoint is trainstack.guard (fencing, no orphans, logs/trainer.log); secrets reach it through
+    entrypoint is trainstack.run.trainer_guard (fencing, no orphans, logs/trainer.log); secrets reach it through
     a mode-0600 file in the run dir, never through the job's runtime env (Ray logs it).
     """
 
     def __init__(self, address: str, spec: RunSpec, env: dict[str, str], rundir: RunDir):
         from ray.job_submission import JobSubmissionClient
 
-        from trainstack.fence import ENV_EPOCH
+        from trainstack.fencing.fence import ENV_EPOCH
         from trainstack.launch.process import guarded
 
         cmd = spec.slime_command()
@@ -292,7 +293,7 @@ class RayJobLauncher(Launcher):
 
     def execute(self, spec: RunSpec) -> int:
         from trainstack.errors import ConfigErrors
-        from trainstack.lifecycle import execute
+        from trainstack.run.lifecycle import execute
 
         cluster = spec.cluster
         settings: RayJobSettings = self.settings(spec)
@@ -304,7 +305,7 @@ class RayJobLauncher(Launcher):
             port = urlparse(address).port or 8265
             rundir = RunDir(spec.run_dir)
             rundir.logs.mkdir(parents=True, exist_ok=True)
-            from trainstack.phase import phase
+            from trainstack.terminal.phase import phase
 
             head = LocalRayHead(port, num_cpus=max(os.cpu_count() or 1, 1),
                                 num_gpus=cluster.gpus_per_node if cluster.accelerator == "gpu" else 0,

@@ -3,7 +3,7 @@ ray launcher (trainstack/launch/ray_job.py) and the nodes of a multi-node SLURM 
 (trainstack/launch/slurm_job.py). Every port is a free one (no clash with another Ray or run on the
 host), `--block` keeps the node in the process group we own and stop (trainstack/procgroup.py).
 
-Whoever starts a node owns it and its temp dir: `owned` runs it under trainstack.guard, which stops
+Whoever starts a node owns it and its temp dir: `owned` runs it under trainstack.run.trainer_guard, which stops
 the node's whole group when its starter dies (even by SIGKILL) and removes the temp dir (Ray's
 session logs) after; `remove_temp_dir` is the starter's own cleanup on a normal stop.
 """
@@ -62,12 +62,12 @@ def temp_dir_of(argv: list[str]) -> str | None:
 
 
 def owned(argv: list[str], grace_s: float = 10.0) -> list[str]:
-    """`argv` (a `ray start --block`) under trainstack.guard with this process as its parent: when
+    """`argv` (a `ray start --block`) under trainstack.run.trainer_guard with this process as its parent: when
     this process dies, the guard stops the node's group (SIGTERM, `grace_s`, SIGKILL) and removes its
     temp dir. Start it with start_new_session=True from a long-lived thread."""
     temp = temp_dir_of(argv)
     opts = ["--grace", str(grace_s), "--parent", str(os.getpid())] + (["--remove", temp] if temp else [])
-    return [sys.executable, "-m", "trainstack.guard", *opts, "--", *argv]
+    return [sys.executable, "-m", "trainstack.run.trainer_guard", *opts, "--", *argv]
 
 
 def remove_temp_dir(argv: list[str]) -> None:

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from trainstack.backends import BACKENDS
+from trainstack.config.backends import BACKENDS
 from trainstack.errors import ConfigError, ConfigErrors, SchedulerFailure
 from trainstack.launch.base import Launcher
 from trainstack.launch.slurm_job import Point, PointRunner
-from trainstack.rundir import RunDir, atomic_write, layout, manifest, now_iso
-from trainstack.runspec import RunSpec
-from trainstack.schema import ClusterSpec
+from trainstack.run.rundir import RunDir, atomic_write, manifest, now_iso
+from trainstack.storage import layout
+from trainstack.run.spec import RunSpec
+from trainstack.config.schema import ClusterSpec
 
 if TYPE_CHECKING:
     from trainstack.launch.base import Row
@@ -186,7 +187,7 @@ def make_point(spec: RunSpec, settings: SlurmSettings) -> Point:
 def store_pending(spec: RunSpec) -> None:
     """Before submitting: refuse what the resume check would refuse in the job, then store the spec
     the job will execute (a pending run is visible to status, compare and diff)."""
-    from trainstack.resume import plan
+    from trainstack.run.resume import plan
 
     rundir = RunDir(spec.run_dir)
     plan(spec, rundir)  # raises ConfigErrors (changed training config, resume policy, broken checkpoint)
@@ -367,7 +368,7 @@ class SlurmLauncher(Launcher):
             fetch(d)
 
     def check(self, spec: RunSpec) -> None:
-        from trainstack.resume import plan
+        from trainstack.run.resume import plan
 
         plan(spec, RunDir(spec.run_dir))  # raises ConfigErrors (changed training config, resume policy, broken checkpoint)
 
@@ -375,7 +376,7 @@ class SlurmLauncher(Launcher):
         problems = submit_host_problems()
         if problems:
             raise ConfigErrors(problems)
-        from trainstack.userconfig import run_target
+        from trainstack.config.userconfig import run_target
 
         settings: SlurmSettings = self.settings(spec)
         store_pending(spec)
@@ -430,7 +431,7 @@ class SlurmLauncher(Launcher):
         """A job has ended when submitit's result file is there (its run's exit, or the error it raised), or when
         the scheduler says it ended without one (cancelled, node failure, out of memory)."""
         from trainstack.launch.base import RunEnd
-        from trainstack.sweep_result import FAILED, FINISHED
+        from trainstack.run.result import FAILED, FINISHED
 
         jobs = getattr(self, "_jobs", [])
         states = scheduler_states([str(j.job_id) for j in jobs if not j.paths.result_pickle.exists()])

@@ -373,7 +373,7 @@ class PointRunner:
 
 def run_outcome(point: Point) -> dict:
     """state, last checkpoint and the sweep metric from the run directory (for Optuna)."""
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     rd = RunDir(point.run_dir)
     status = rd.status()

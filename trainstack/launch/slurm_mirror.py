@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainstack.rundir import layout
+from trainstack.storage import layout
 
 MIRRORED = (layout.METRICS, layout.STATUS)
 SUFFIX = "_trainstack"
@@ -56,8 +56,8 @@ def copy_changed(src_dir: Path, dst_dir: Path) -> None:
 
 def materialize(run_dir: str, spec_json: dict[str, Any]) -> None:
     """In the job: the spec the submit host stored, written into the run dir on this node (exec runs it)."""
-    from trainstack.rundir import RunDir
-    from trainstack.runspec import RunSpec
+    from trainstack.run.rundir import RunDir
+    from trainstack.run.spec import RunSpec
 
     RunDir(run_dir).write_spec(RunSpec.from_json(spec_json, "the spec carried by the SLURM job"))
 
@@ -82,7 +82,7 @@ class Mirror:
 def fetch(run_dir: str | Path) -> None:
     """On the submit host: a run's copies from its job's folder into its run dir here (a run whose run dir is
     shared has none: nothing to do)."""
-    from trainstack.rundir import RunDir
+    from trainstack.run.rundir import RunDir
 
     rd = RunDir(run_dir)
     rec = rd.read(layout.SLURM, {}) or {}

@@ -51,7 +51,7 @@ def wandb_run_id(run_dir: Path | None, run_id: str) -> str:
     """The W&B run id trainstack gave a run: WANDB_RUN_ID from command.json, else derived from run_id."""
     if run_dir is not None:
         try:
-            from trainstack.rundir import layout
+            from trainstack.storage import layout
 
             env = json.loads((Path(run_dir) / layout.COMMAND).read_text()).get("env") or {}
             if env.get("WANDB_RUN_ID"):
@@ -62,8 +62,8 @@ def wandb_run_id(run_dir: Path | None, run_id: str) -> str:
 
 
 def derive_wandb_id(run_id: str) -> str:
-    """The id trainstack's launcher gives W&B (one definition: trainstack.run_ids.wandb_run_id)."""
-    from trainstack.run_ids import wandb_run_id as derive
+    """The id trainstack's launcher gives W&B (one definition: trainstack.config.run_ids.wandb_run_id)."""
+    from trainstack.config.run_ids import wandb_run_id as derive
 
     return derive(run_id)
 

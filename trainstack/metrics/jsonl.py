@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainstack.metrics import Series, finish
-from trainstack.rundir.layout import EVALS, METRICS
+from trainstack.storage.layout import EVALS, METRICS
 
 TAIL_BYTES = 64 * 1024  # a few dozen lines of a tiny run: its last rollouts, their train and eval steps
 

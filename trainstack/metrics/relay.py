@@ -75,7 +75,8 @@ def stored_text(db: sqlite3.Connection, run_id: str) -> str:
 def write_local(run_dir: str | Path, offset: int, text: str) -> None:
     """The commander's copy from `offset` into the run dir's metrics.jsonl: appended at its end, or the whole
     file replaced (offset 0) in one rename, so a reader never sees half of it."""
-    from trainstack.rundir import layout, temp_name
+    from trainstack.storage import layout
+    from trainstack.storage.files import temp_name
 
     path = Path(run_dir) / layout.METRICS
     data = text.encode("latin-1")

@@ -30,7 +30,7 @@ class Result:
 
 
 def default_slime_root() -> Path | None:
-    from trainstack.resolve import PROJECT_ROOT
+    from trainstack.config.resolve import PROJECT_ROOT
 
     root = os.environ.get("SLIME_ROOT")
     path = Path(root) if root else PROJECT_ROOT / "slime"
@@ -93,7 +93,7 @@ class Draft:
 def draft(script: Path, config_dir: Path | None, *, name: str | None = None, env: dict[str, str] | None = None,
           slime_root: Path | None = None, force: bool = False) -> Draft:
     """Read the script and plan its experiment; ConfigErrors for whatever stops that (nothing written)."""
-    from trainstack.resolve import CONF_DIR
+    from trainstack.config.resolve import CONF_DIR
     from trainstack.secrets import is_secret_name
 
     try:
@@ -176,7 +176,7 @@ def _relocated(err: ConfigError, scratch: str, target: Path) -> ConfigError:
 def to_yaml(made: plan.Plan, script: Path) -> str:
     import yaml
 
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     class Dumper(yaml.SafeDumper):
         pass

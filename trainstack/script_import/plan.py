@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from trainstack import argtable as at
+from trainstack.upstream import argtable as at
 from trainstack.script_import.flags import Parsed, same
 from trainstack.script_import.shell import DIRECT, Mark, Reading, Text
 
@@ -161,8 +161,8 @@ def cluster_settings(wanted: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def derived(settings: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
-    from trainstack.resolve import derive_cluster_args
-    from trainstack.schema import ClusterSpec
+    from trainstack.config.resolve import derive_cluster_args
+    from trainstack.config.schema import ClusterSpec
 
     spec = ClusterSpec(name="import", **settings)
     out, errors = derive_cluster_args(spec, {k: v for k, v in wanted.items() if k not in CLUSTER_DESTS})
@@ -196,7 +196,7 @@ _CLUSTER_DEFAULTS = {"num_nodes": 1, "gpus_per_node": 8, "colocate": True, "roll
 
 # --- values as the experiment file holds them ------------------------------------------------------
 def relative_path(dest: str, value: Any) -> bool:
-    from trainstack.resolve import PAIRED_PATH_DESTS, PATH_DESTS
+    from trainstack.config.resolve import PAIRED_PATH_DESTS, PATH_DESTS
 
     def rel(v: Any) -> bool:
         return isinstance(v, str) and bool(v) and not v.startswith(("/", "~")) and "://" not in v
@@ -221,7 +221,7 @@ def yaml_value(dest: str, value: Any, slime_root: Path | None = None) -> Any:
     """A value as the experiment writes it: `${` escaped (OmegaConf would resolve it), a relative path
     or one inside the script's slime checkout under ${slime.root} (where slime's `python3 train.py`
     runs from)."""
-    from trainstack.resolve import PAIRED_PATH_DESTS, PATH_DESTS
+    from trainstack.config.resolve import PAIRED_PATH_DESTS, PATH_DESTS
 
     def esc(v: Any) -> Any:
         if isinstance(v, str):
@@ -288,7 +288,7 @@ def make(reading: Reading, parsed: Parsed, name: str, dirs: tuple[str, ...]) -> 
     for dest in DROPPED_MANAGED:
         if dest in parsed.flags:
             f = parsed.flags[dest]
-            from trainstack.resolve import MANAGED_DESTS
+            from trainstack.config.resolve import MANAGED_DESTS
 
             notes.append(f"{f.option} {f.value} (line {f.line}) left out: {MANAGED_DESTS[dest]}")
     settings = cluster_settings(wanted)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack import argtable as at
+from trainstack.upstream import argtable as at
 from trainstack.script_import.flags import Parsed, from_argv, same
 
 # trainstack's own flags (resolve.add_managed_dests, derive_cluster_args) and why
@@ -43,7 +43,7 @@ class Proof:
 def render(name: str, dirs: list[str], slime_root: Path | None = None) -> tuple[Any, Any]:
     """Compose `experiment=<name>` with `dirs` added to the shipped tree, as `--config-dir` does; with the
     slime checkout the script was read in as slime.root, so paths inside it compare as they are."""
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     searchpath = ",".join(f"file://{os.path.abspath(d)}" for d in dirs)
     root = [f"slime.root={slime_root}"] if slime_root is not None else []

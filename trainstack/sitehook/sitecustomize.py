@@ -1,4 +1,4 @@
-"""trainstack's site hook: first on a fenced trainer's PYTHONPATH (trainstack/tracker_fence.py).
+"""trainstack's site hook: first on a fenced trainer's PYTHONPATH (trainstack/fencing/tracker_fence.py).
 
 Under a lease (TRAINSTACK_LEASE_FILE set) it patches Megatron's tracker write when
 megatron.training.checkpointing is imported; trainstack itself is imported only then, so a trainer
@@ -12,16 +12,16 @@ _MODULE = "megatron.training.checkpointing"
 
 
 class _OnMegatronImport:
-    trainstack_hook = True  # trainstack.tracker_fence.PatchAfterImport skips finders with this flag
+    trainstack_hook = True  # trainstack.fencing.tracker_fence.PatchAfterImport skips finders with this flag
 
     def find_spec(self, name, path, target=None):
         if name != _MODULE:
             return None
         try:
-            from trainstack.tracker_fence import PatchAfterImport
+            from trainstack.fencing.tracker_fence import PatchAfterImport
         except ImportError:  # a trainer Python without trainstack installed: the checkout it came from
             sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-            from trainstack.tracker_fence import PatchAfterImport
+            from trainstack.fencing.tracker_fence import PatchAfterImport
         return PatchAfterImport().find_spec(name, path, target)
 
 
@@ -29,7 +29,7 @@ def _install() -> None:
     if not os.environ.get("TRAINSTACK_LEASE_FILE"):
         return
     if _MODULE in sys.modules:  # imported before site ran (never, in practice): patch it now
-        from trainstack.tracker_fence import patch
+        from trainstack.fencing.tracker_fence import patch
 
         patch(sys.modules[_MODULE])
     elif not any(getattr(f, "trainstack_hook", False) for f in sys.meta_path):

@@ -13,12 +13,12 @@ and a writer that lost its run's lease never publishes.
     <save>/publish.jsonl                             one line per publish: iteration, lease epoch, pid
 
 A save writes the iter dir and the data cursor under staging names, checks the fence
-(trainstack/fence.py), writes the manifest (sizes and SHA-256 of every file), checks the fence,
+(trainstack/fencing/fence.py), writes the manifest (sizes and SHA-256 of every file), checks the fence,
 renames the staging dir into place, checks the fence, renames the cursor into place and only then
 moves the tracker: the tracker is the commit point, and only the current lease holder moves it.
 A writer that stalls after its last check can still land a late rename: readers then decide by
-the lease epochs in publish.jsonl (trainstack/checkpoints.py), and the checksums catch a cursor
-rewritten under them. What complete means is trainstack/checkpoints.py's one test.
+the lease epochs in publish.jsonl (trainstack/storage/checkpoints.py), and the checksums catch a cursor
+rewritten under them. What complete means is trainstack/storage/checkpoints.py's one test.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from trainstack import checkpoints as ck
-from trainstack.fence import Fence
-from trainstack.rundir.layout import MANIFEST, PUBLISH_LOG, TRACKER, iter_name
+from trainstack.storage import checkpoints as ck
+from trainstack.fencing.fence import Fence
+from trainstack.storage.layout import MANIFEST, PUBLISH_LOG, TRACKER, iter_name
 
 RELEASE = "release"
 WRITER = "trainstack-tiny/1"
@@ -161,7 +161,7 @@ def _state_files(state: TrainState) -> list[tuple[str, bytes]]:
 
 def save_checkpoint(save_dir: str, rollout_id: int | str, state: TrainState, cursor: bytes | None = None,
                     fence: Fence | None = None) -> str:
-    """Stage, fence, publish (see the module docstring). Raises trainstack.fence.Fenced, having
+    """Stage, fence, publish (see the module docstring). Raises trainstack.fencing.fence.Fenced, having
     published nothing, when the run's lease was lost."""
     os.makedirs(save_dir, exist_ok=True)
     final = iter_dir(save_dir, rollout_id)

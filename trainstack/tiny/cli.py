@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainstack.argtable import ArgSpec, ArgTable, did_you_mean, load_table
+from trainstack.upstream.argtable import ArgSpec, ArgTable, did_you_mean, load_table
 from trainstack.errors import ConfigError, ConfigErrors
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from trainstack.backends import TINY_CAPABILITIES as CAPABILITIES  # shared with the validator
+from trainstack.config.backends import TINY_CAPABILITIES as CAPABILITIES  # shared with the validator
 
 # dests whose meaning the tiny backend implements
 SUPPORTED: frozenset[str] = frozenset(

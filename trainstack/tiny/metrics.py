@@ -53,7 +53,7 @@ def drop_redone_steps(path: str, first: dict[str, int]) -> None:
         kept.append(line + "\n")
     from pathlib import Path
 
-    from trainstack.rundir import atomic_write
+    from trainstack.run.rundir import atomic_write
 
     atomic_write(Path(path), "".join(kept))
 
@@ -91,11 +91,11 @@ class Metrics:
             wandb.login(key=a.wandb_key, host=a.wandb_host)
         name = a.wandb_group if not a.wandb_random_suffix else \
             f"{a.wandb_group}_{run_id or wandb.util.generate_id()}"  # type: ignore[attr-defined]
-        if os.environ.get("TRAINSTACK_RUN_ID") and not a.wandb_random_suffix:  # trainstack/wandb_naming.py
+        if os.environ.get("TRAINSTACK_RUN_ID") and not a.wandb_random_suffix:  # trainstack/config/wandb_naming.py
             name = os.environ["TRAINSTACK_RUN_ID"]
         step = 0
         if run_id and mode == "offline":  # a restart continues the history of its earlier offline runs
-            from trainstack.wandb_sync import next_step
+            from trainstack.reports.wandb_sync import next_step
 
             step = next_step(Path(a.wandb_dir or ".") / "wandb", run_id)
         config = {k: v for k, v in vars(a).items() if isinstance(v, (int, float, str, bool, type(None), list, dict))}

@@ -16,7 +16,7 @@ transformers' processor names (:data:`LAZY_TRANSFORMERS`) and ``ray``/``wandb`` 
 are resolved on first use.
 
 Where slime is found: ``$TRAINSTACK_SLIME_ROOT``, which a launch sets from ``slime.root`` (the dry run
-checks that checkout first: trainstack/host.py); run by hand, trainstack/slime_root.py's rule.
+checks that checkout first: trainstack/preflight/host_checks.py); run by hand, trainstack/upstream/slime_root.py's rule.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from trainstack import slime_root as _slime_root
+from trainstack.upstream import slime_root as _slime_root
 
 ROOT_ENV = _slime_root.ENV
 
@@ -216,11 +216,11 @@ def load(root: Path | None = None) -> Path:
 def make_importable(root: Path | None = None) -> Path:
     """What :func:`load` does before the import of slime's ``processing_utils`` (transformers' processor
     names made lazy there: a speed-up only): slime's checkout on ``sys.path``, SGLang's stand-ins, the
-    deferred imports. The plugin probe's prelude (trainstack/backends.py): a plugin imports as in the
+    deferred imports. The plugin probe's prelude (trainstack/config/backends.py): a plugin imports as in the
     trainer, without 2-3 s of transformers and torch that a plugin which does not import them never pays."""
     root = (root or slime_root()).resolve()
     if not (root / "slime" / "__init__.py").is_file():
-        from trainstack.argtable import load_table
+        from trainstack.upstream.argtable import load_table
 
         raise SlimeMissing(f"slime's source is not at {root} (the tiny backend runs slime's own rollout code): "
                            + _slime_root.fetch_fix(root, load_table().slime_commit))

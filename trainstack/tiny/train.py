@@ -60,9 +60,9 @@ class LoadFailed(Exception):
 
 
 def _load_failed(save_dir: str, step, error: BaseException) -> LoadFailed:
-    """Record the failure next to the checkpoints (trainstack/checkpoints.py `record_load_failure`): the
+    """Record the failure next to the checkpoints (trainstack/storage/checkpoints.py `record_load_failure`): the
     launcher sets that checkpoint aside and resumes from the previous intact one, once."""
-    from trainstack import checkpoints as ck
+    from trainstack.storage import checkpoints as ck
 
     it = step if step is not None else ck.read_tracker(save_dir)
     why = f"{type(error).__name__}: {error}"
@@ -71,7 +71,7 @@ def _load_failed(save_dir: str, step, error: BaseException) -> LoadFailed:
             ck.record_load_failure(save_dir, int(it), why)
         except OSError:
             pass
-        from trainstack.rundir.layout import LOAD_FAILURES
+        from trainstack.storage.layout import LOAD_FAILURES
 
         return LoadFailed(f"cannot load checkpoint iter_{int(it):07d} from {save_dir}: {why}; recorded in "
                           f"{LOAD_FAILURES}: the launcher sets it aside and resumes from the previous intact one (once)")
@@ -234,7 +234,7 @@ def save_hf(template: str, pol: Policy, rollout_id: int) -> None:
 def save(args, pol: Policy, rollouts, rollout_id: int) -> None:
     """Publish a checkpoint (weights, optimizer, scheduler, RNG, data cursor) if this process still
     holds the run's lease; raises Fenced, publishing nothing, if it does not."""
-    from trainstack.fence import Fence
+    from trainstack.fencing.fence import Fence
 
     from .checkpoint import TrainState, capture_rng, save_checkpoint, torch_bytes
     from .model import FORMAT
@@ -381,7 +381,7 @@ class _StopRequest:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainstack.fence import EXIT_FENCED, Fenced
+    from trainstack.fencing.fence import EXIT_FENCED, Fenced
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # slime draws a progress bar per rollout; read when tqdm is imported
 
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigErrors as e:
         report_and_exit(e)
     except (OSError, RuntimeError) as e:  # a full disk, a read-only volume: one message, exit 5 (docs/resume.md)
-        from trainstack import storage
+        from trainstack.storage import faults as storage
 
         save = getattr(getattr(parsed, "args", None), "save", None)
         where = os.path.dirname(os.path.abspath(save)) if save else os.getcwd()

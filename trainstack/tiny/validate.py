@@ -10,8 +10,8 @@ import os
 import sys
 from typing import Any, Mapping
 
-from trainstack.argtable import load_table
-from trainstack.checkpoints import TRACKER
+from trainstack.upstream.argtable import load_table
+from trainstack.storage.checkpoints import TRACKER
 from trainstack.errors import ConfigError, ConfigErrors
 
 from . import flags as F

@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from trainstack.resolve import CONF_DIR, PROJECT_ROOT
+from trainstack.config.resolve import CONF_DIR, PROJECT_ROOT
 
 GOLDEN_DIR = PROJECT_ROOT / "tests" / "golden"
 PLACEHOLDER_OVERRIDES = [
@@ -24,12 +24,12 @@ def experiments() -> list[str]:
 
 
 def golden_record(experiment: str) -> dict:
-    from trainstack.pipeline import build_from_overrides
+    from trainstack.render.pipeline import build_from_overrides
 
     run, cmd = build_from_overrides([f"experiment={experiment}", *PLACEHOLDER_OVERRIDES])
     entry = cmd.entrypoint if cmd.backend == "slime" else ["python", *cmd.entrypoint[1:]]
     env = {k: v.replace(str(PROJECT_ROOT), ROOT_MARK) for k, v in cmd.redacted_env().items()}
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     table = load_table()
     # Flags trainstack adds on its own (run identity, the save_interval default): deliberate, reviewed here.

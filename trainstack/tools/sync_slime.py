@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 if TYPE_CHECKING:
-    from trainstack.argtable import ArgSpec, ArgTable
+    from trainstack.upstream.argtable import ArgSpec, ArgTable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT / "trainstack" / "data"
@@ -118,7 +118,7 @@ def build_models_json(slime_root: Path, *, previous: Mapping[str, Any] | None = 
     """Rebuild the ``slime_models.json`` structure from ``<slime_root>/scripts/models/*.sh``."""
     import re
 
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     table = table or load_table()
     models_dir = Path(slime_root) / "scripts" / "models"
@@ -220,7 +220,7 @@ def _typed(spec: ArgSpec, raw: Any, *, where: str) -> Any:
 
 def script_to_dests(name: str, pairs: list[list[Any]], table: ArgTable) -> dict[str, Any]:
     """A model script's [flag, value] pairs -> ordered {dest: value} using the argument table."""
-    from trainstack.argtable import APPEND, BOOL_OPTIONAL, STORE_FALSE, STORE_TRUE
+    from trainstack.upstream.argtable import APPEND, BOOL_OPTIONAL, STORE_FALSE, STORE_TRUE
 
     out: dict[str, Any] = {}
     for flag, value in pairs:
@@ -351,7 +351,7 @@ def render_preset(name: str, pairs: list[list[Any]], table: ArgTable, slime_comm
 
 def render_all(models_data: Mapping[str, Any], table: ArgTable | None = None) -> dict[str, str]:
     """{file name: text} for every model in the models JSON."""
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     table = table or load_table()
     commit = models_data.get("meta", {}).get("slime_commit", "unknown")
@@ -693,7 +693,7 @@ HELP_JSON = ARGS_JSON.parent / "slime_help.json"
 
 def build_help_json(parsers: Mapping[str, Any], *, slime_commit: str) -> dict:
     """dest -> the help text of the action trainstack emits for it, as slime's parsers define it."""
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     table = load_table()
     helps: dict[str, str] = {}
@@ -756,7 +756,7 @@ def dump_identity_json(doc: Mapping[str, Any]) -> str:
 
 
 def cmd_identity(ns: argparse.Namespace) -> int:
-    from trainstack.argtable import ArgTable
+    from trainstack.upstream.argtable import ArgTable
 
     table = ArgTable(json.loads(Path(ns.table).read_text(encoding="utf-8")))
     previous = json.loads(Path(ns.out).read_text(encoding="utf-8")) if Path(ns.out).exists() else {}

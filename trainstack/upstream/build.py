@@ -45,7 +45,7 @@ def build_in_process(slime_root: Path, layers_table: dict) -> dict[str, Any]:
 
 def build(slime_root: str | Path, layers: str | Path | None = None, timeout: float = 300) -> dict[str, Any]:
     """The table document for the checkout at ``slime_root`` (a child process; raises BuildError)."""
-    from trainstack.argtable import TABLE_PATH
+    from trainstack.upstream.argtable import TABLE_PATH
 
     cmd = [sys.executable, "-m", "trainstack.upstream.build", str(Path(slime_root).resolve()),
            "--layers", str(layers or TABLE_PATH)]

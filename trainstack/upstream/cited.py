@@ -6,7 +6,7 @@ switch_rules, validate) has an entry here; tests/test_citations.py parses the mo
 fails on one without an entry, and checks in CI that the cited lines of the pin's checkout contain the
 entry's ``says`` and that each version of the window has it in that file exactly when it is in ``holds``.
 A rule whose entry does not hold for the slime a run uses (its table's ``slime_version``) is not applied
-(``trainstack.rulebook.rule``); a slime outside the window (a table built by ``trainstack slime sync``) gets
+(``trainstack.rules.rulebook.rule``); a slime outside the window (a table built by ``trainstack slime sync``) gets
 every rule. Megatron-LM and SGLang citations are not checked: their source is not in CI.
 """
 from __future__ import annotations

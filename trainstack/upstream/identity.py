@@ -56,6 +56,6 @@ def matches(root: Path, sources: dict[str, str | None]) -> bool:
 
 def git_commit(root: Path) -> str | None:
     """The checkout's commit, for display only (never for identification)."""
-    from trainstack.slime_version import head_commit
+    from trainstack.upstream.slime_version import head_commit
 
     return head_commit(root)

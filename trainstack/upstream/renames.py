@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from trainstack.upstream import versions
 
 if TYPE_CHECKING:
-    from trainstack.argtable import ArgTable
+    from trainstack.upstream.argtable import ArgTable
 
 
 @lru_cache(maxsize=8)

@@ -26,7 +26,7 @@ def has_checkout(root: str | Path) -> bool:
 def activate_for_root(root: str | Path | None) -> versions.Known | None:
     """Make the table of the checkout at ``root`` the process's table; the pin's when the checkout is not
     here or is unknown (the host check then says so). Returns the table identified, if any."""
-    from trainstack import argtable
+    from trainstack.upstream import argtable
 
     known = versions.identify(root) if root is not None and has_checkout(root) else None
     argtable.use_table(known.path if known is not None else None)
@@ -35,7 +35,7 @@ def activate_for_root(root: str | Path | None) -> versions.Known | None:
 
 def table_label() -> str:
     """`slime v0.3.0 (bf14dc21)`: the slime whose table this process uses."""
-    from trainstack.argtable import load_table
+    from trainstack.upstream.argtable import load_table
 
     meta = load_table().meta
     commit = str(meta.get("slime_commit") or "unknown")
@@ -45,9 +45,9 @@ def table_label() -> str:
 
 def root_from_overrides(overrides: Sequence[str], cwd: str | None = None) -> str:
     """`slime.root` as the command line gives it, resolved by the one rule every backend uses
-    (trainstack/slime_root.py: the value, `$TRAINSTACK_SLIME_ROOT`, `$SLIME_ROOT`, `./slime`, the checkout's
+    (trainstack/upstream/slime_root.py: the value, `$TRAINSTACK_SLIME_ROOT`, `$SLIME_ROOT`, `./slime`, the checkout's
     submodule), absolute."""
-    from trainstack.slime_root import resolve
+    from trainstack.upstream.slime_root import resolve
 
     root = None
     for tok in overrides:
@@ -70,7 +70,7 @@ def checkout_problems(root: str | Path, flags: Iterable[str] = (), key: str = "s
                             f"{versions.cache_dir()}), or use a checkout of a known version "
                             f"(`git submodule update --init slime` for the pin, {versions.pin().commit[:8]})",
                             value=str(root))]
-    from trainstack.argtable import ArgTable
+    from trainstack.upstream.argtable import ArgTable
     from trainstack.upstream.renames import hint_for_flag
 
     table = ArgTable(versions.read_table(known.path))

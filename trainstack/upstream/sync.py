@@ -36,7 +36,7 @@ def fingerprint(sources: dict[str, str | None]) -> str:
 
 def changes(doc: dict[str, Any]) -> list[str]:
     """What the built table adds, removes and renames against the packaged pin's."""
-    from trainstack.argtable import TABLE_PATH, ArgTable, load_table
+    from trainstack.upstream.argtable import TABLE_PATH, ArgTable, load_table
     from trainstack.upstream.renames import _renamed_to
 
     pin = load_table(str(TABLE_PATH))
@@ -61,7 +61,7 @@ def changes(doc: dict[str, Any]) -> list[str]:
 
 def sync(slime_root: Path, name: str | None = None, out_root: Path | None = None) -> tuple[Path, list[str]]:
     """Build and write everything for the checkout; returns (its directory, notes to print)."""
-    from trainstack.argtable import ArgTable
+    from trainstack.upstream.argtable import ArgTable
     from trainstack.tools import sync_slime
     from trainstack.upstream import build, versions
 

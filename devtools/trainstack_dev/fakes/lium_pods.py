@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainstack.lease import pid_alive
+from trainstack.fencing.lease import pid_alive
 
 SSHD = "/usr/sbin/sshd"
 POD_WORKSPACE = "/workspace"

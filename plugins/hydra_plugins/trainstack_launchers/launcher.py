@@ -8,9 +8,9 @@ check. Nothing is submitted unless every point passes; then `launcher.submit_swe
 all in one call and `launcher.record_sweep` writes `<sweep_dir>/sweep.json`.
 
 Each point's `JobReturn` carries its task config, its Hydra config, its job dir and its result
-(trainstack/sweep_result.py): SUBMITTED when the launcher returns before its runs end; with
+(trainstack/run/result.py): SUBMITTED when the launcher returns before its runs end; with
 `hydra.launcher.wait=true` (or a launcher that runs to the end) the sweep waits, with progress,
-for every run (trainstack/sweep_wait.py) and answers FINISHED with the objective's value, or FAILED.
+for every run (trainstack/sweep/wait.py) and answers FINISHED with the objective's value, or FAILED.
 The task function is not called: a point is a stored run spec, executed where its cluster says.
 An app whose config is not trainstack's is refused naming the launchers that run task functions.
 
@@ -52,9 +52,9 @@ def _store(name: str) -> None:
 
 
 def register() -> None:
-    """`hydra/launcher=<name>` for every trainstack launcher, third parties' too (trainstack.hydra_entry calls it
+    """`hydra/launcher=<name>` for every trainstack launcher, third parties' too (trainstack.config.hydra_entry calls it
     before trainstack composes its own tree: reading the entry points is not for every Hydra app)."""
-    from trainstack.launch.registry import names
+    from trainstack.registry import names
 
     for name in names():
         _store(name)
@@ -82,7 +82,7 @@ class TrainstackLauncher(Launcher):
     def hydra_settings(self, cls: Any) -> dict[str, Any]:
         """The launcher settings given as hydra.launcher.<key> (aliases mapped), checked; refused keys named."""
         from trainstack.errors import ConfigError, ConfigErrors
-        from trainstack.schema import to_typed
+        from trainstack.config.schema import to_typed
 
         errors = [ConfigError(f"hydra.launcher.{k}", f"each point's cluster decides this {where}",
                               f"remove hydra.launcher.{k}" + (f" and set {where}" if where.startswith("cluster.") else ""),
@@ -98,9 +98,9 @@ class TrainstackLauncher(Launcher):
     # --- one point ------------------------------------------------------------------------
     def build_point(self, overrides: Sequence[str], num: int = 0):
         """(run, command, the point's task config), composed once per point, on this launcher."""
-        from trainstack.pipeline import build
-        from trainstack.resolve import Origin
-        from trainstack.sweep_cache import SweepConfigCache, set_hydra_config
+        from trainstack.render.pipeline import build
+        from trainstack.config.resolve import Origin
+        from trainstack.config.sweep_cache import SweepConfigCache, set_hydra_config
 
         sweep_config = SweepConfigCache.for_master(self.hydra_context.config_loader, self.config).load(list(overrides))
         with open_dict(sweep_config):  # as Hydra's launchers do: ${hydra:job.num} is the point's number
@@ -115,9 +115,9 @@ class TrainstackLauncher(Launcher):
 
     def point_spec(self, launcher: Any, overrides: Sequence[str], given: dict[str, Any], num: int = 0):
         from trainstack.errors import ConfigErrors
-        from trainstack.preflight import preflight
-        from trainstack.runspec import RunSpec
-        from trainstack.schema import to_typed
+        from trainstack.preflight.checks import preflight
+        from trainstack.run.spec import RunSpec
+        from trainstack.config.schema import to_typed
 
         run, cmd, task_cfg = self.build_point(overrides, num)
         preflight(run, cmd, launching=False, submitted_by=self.name)  # resume plan, run dir, deferred checks
@@ -135,11 +135,11 @@ class TrainstackLauncher(Launcher):
 
     # --- the sweep ------------------------------------------------------------------------
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from trainstack import sweep_result as sr
+        from trainstack.run import result as sr
         from trainstack.errors import ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
-        from trainstack.launch.registry import get
-        from trainstack.sweep_points import (PointErrors, is_trainstack_config, not_trainstack_problem,
-                                             remove_fresh_sweep_dir, shared_run_id_errors)
+        from trainstack.registry import get
+        from trainstack.sweep.points import (
+            PointErrors, is_trainstack_config, not_trainstack_problem, remove_fresh_sweep_dir, shared_run_id_errors)
 
         t0 = time.perf_counter()
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
@@ -163,7 +163,7 @@ class TrainstackLauncher(Launcher):
                 built.append((spec.run_id, shown))
                 points.append((num, shown, overrides, spec, task_cfg))
                 if task_cfg.get("dry_run"):  # its line only, as text
-                    from trainstack.display import sweep_line
+                    from trainstack.reports.display import sweep_line
 
                     dry_lines.append(sweep_line(run, cmd))
                     continue
@@ -194,7 +194,7 @@ class TrainstackLauncher(Launcher):
             remove_fresh_sweep_dir(str(sweep_dir))
             report_and_exit(ConfigErrors(errors))
         if dry_lines:  # dry_run=true: every point checked and shown; nothing submitted
-            from trainstack import display
+            from trainstack.reports import display
 
             for line in dry_lines:
                 display.print_folded_line(line)
@@ -222,8 +222,8 @@ class TrainstackLauncher(Launcher):
              f"  follow: trainstack status {sweep_dir}    stop: trainstack cancel {sweep_dir}")
         if not waits:  # submitted, not waited for: a distinct state, no value (sweep_result.SUBMITTED)
             return [self.returned(p, sr.SUBMITTED) for p in points]
-        from trainstack.sweep_points import print_summary
-        from trainstack.sweep_wait import results, wait_for_runs
+        from trainstack.sweep.points import print_summary
+        from trainstack.sweep.wait import results, wait_for_runs
 
         try:
             ends = wait_for_runs(launcher, specs, runs, settings, say=_say)
@@ -237,7 +237,7 @@ class TrainstackLauncher(Launcher):
         """Hydra's answer for a point this launcher submitted: its task config and Hydra config (as Hydra's own
         launchers give them), its job dir `<sweep.dir>/<sweep.subdir>` (made, with `.hydra/` when
         `hydra.output_subdir` is set), and its result: COMPLETED with a RunResult, or FAILED with RunFailed."""
-        from trainstack import sweep_result as sr
+        from trainstack.run import result as sr
 
         num, shown, overrides, spec, task_cfg = point
         hydra_cfg = OmegaConf.masked_copy(task_cfg, "hydra")
@@ -262,7 +262,7 @@ class TrainstackLauncher(Launcher):
 
 def _say(text: str) -> None:
     """A report line on stderr, each line folded to the terminal's width (whole in a pipe)."""
-    from trainstack.tables import fold, output_width
+    from trainstack.terminal.tables import fold, output_width
 
     width = output_width(sys.stderr)
     print("\n".join(f for ln in text.split("\n") for f in fold(ln, width, "", "    " if ln.startswith("  ") else "  ")),

@@ -1,8 +1,8 @@
 """`hydra/sweeper: trainstack` and `hydra/launcher: trainstack_local` (the defaults in conf/config.yaml).
 
 Behaviour is Hydra's BasicSweeper/BasicLauncher; only how each point's config is composed differs
-(see trainstack/sweep_cache.py, equivalence tested in tests/test_sweep_cache.py), and a dry-run point
-is checked and printed by the launcher (trainstack/sweep_points.py, `PointChecker`): the points are
+(see trainstack/config/sweep_cache.py, equivalence tested in tests/test_sweep_cache.py), and a dry-run point
+is checked and printed by the launcher (trainstack/sweep/points.py, `PointChecker`): the points are
 streamed, each composed once and kept as its printed line only, so a dry sweep's memory does not
 grow with its points and nothing is left in the sweep dir.
 """
@@ -45,7 +45,7 @@ def refuse_plugin_launchers(config) -> None:
     refused once, from the master config (every non-swept key), before any point is composed."""
     if "trainstack_local" not in str(OmegaConf.select(config, "hydra.launcher._target_", default="") or ""):
         return
-    from trainstack import sweep_points
+    from trainstack.sweep import points as sweep_points
     from trainstack.errors import ConfigErrors, report_and_exit
 
     problem = sweep_points.plugin_problem(str(OmegaConf.select(config, "cluster.launcher", default="") or ""))
@@ -57,7 +57,7 @@ def refuse_plugin_launchers(config) -> None:
 def launchers_wait(configs: Sequence) -> bool:
     """Does every point's launcher return only when its run has ended (local; ray_job unless wait=false)?"""
     from trainstack.errors import ConfigErrors
-    from trainstack.launch.registry import launcher_class
+    from trainstack.registry import launcher_class
 
     for c in configs:
         name = str(OmegaConf.select(c, "cluster.launcher", default="local") or "local")
@@ -74,8 +74,8 @@ def launchers_wait(configs: Sequence) -> bool:
 
 class TrainstackSweeper(BasicSweeper):
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        from trainstack import sweep_points
-        from trainstack.sweep_cache import SweepConfigCache
+        from trainstack.sweep import points as sweep_points
+        from trainstack.config.sweep_cache import SweepConfigCache
 
         assert self.hydra_context is not None and self.config is not None
         if not sweep_points.is_trainstack_config(self.config):  # another app: Hydra's basic sweeper, as it is
@@ -91,9 +91,10 @@ class TrainstackSweeper(BasicSweeper):
 
 class TrainstackLocalLauncher(BasicLauncher):
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from trainstack import sweep_points, sweep_result
+        from trainstack.sweep import points as sweep_points
+        from trainstack.run import result as sweep_result
         from trainstack.errors import ConfigErrors, report_and_exit
-        from trainstack.sweep_cache import SweepConfigCache
+        from trainstack.config.sweep_cache import SweepConfigCache
 
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
         if not sweep_points.is_trainstack_config(self.config):  # another app: Hydra's basic launcher, as it is
@@ -160,8 +161,8 @@ class TrainstackLocalLauncher(BasicLauncher):
 
 def _returned(overrides: Sequence[str], point) -> JobReturn:
     """A dry point's answer to the sweeper: checked and printed by the launcher, no task run, no config kept
-    (a dry sweep's memory stays flat in its points); its result is CHECKED (trainstack/sweep_result.py)."""
-    from trainstack.sweep_result import CHECKED, RunResult
+    (a dry sweep's memory stays flat in its points); its result is CHECKED (trainstack/run/result.py)."""
+    from trainstack.run.result import CHECKED, RunResult
 
     ret = JobReturn(overrides=list(overrides), cfg=_empty(), hydra_cfg=None, working_dir=os.getcwd(),
                     task_name="trainstack")
