@@ -24,6 +24,17 @@ if str(DEVTOOLS) not in sys.path:
     sys.path.insert(0, str(DEVTOOLS))
 
 
+@pytest.fixture(autouse=True)
+def _no_hydra_config_carried_over():
+    """Hydra's HydraConfig is a process-wide singleton that GlobalHydra.clear() leaves set: a test that sets a
+    sweep's config would make the next in-process build on the same worker a point of that sweep (its W&B group
+    the sweep's name). Each test starts and ends without one, as a fresh process does."""
+    yield
+    hc = sys.modules.get("hydra.core.hydra_config")
+    if hc is not None:
+        hc.HydraConfig.instance().cfg = None
+
+
 @pytest.fixture(scope="session")
 def reference_runs() -> list[dict]:
     return json.loads((DATA / "reference_runs.json").read_text())["runs"]

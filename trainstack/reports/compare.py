@@ -95,6 +95,20 @@ class RunRecord:
                  if step_key_for(name) == "rollout/step" and not name.startswith("eval/") for s, _ in pts]
         return int(max(steps)) + 1 if steps else None
 
+    def condense_from_digest(self, source: str, digest: dict[str, dict[str, Any]], wanted: Any) -> None:
+        """`condense` from the run's metrics digest (metrics/digest.py) instead of its series: the same answers."""
+        from trainstack.metrics import digest as digests
+
+        steps = [e["last_step"] for n, e in digest.items() if e.get("last_step") is not None
+                 and step_key_for(n) == "rollout/step" and not n.startswith("eval/")]
+        rollouts = int(max(steps)) + 1 if steps else None
+        if self.last_checkpoint is not None:
+            rollouts = max(rollouts or 0, self.last_checkpoint + 1)
+        self.rollouts_done = rollouts
+        self.metric_names = {sys.intern(n) for n in digest}
+        self.condensed = {m: digests.summary(e, lower_is_better(m)) for m, e in digest.items() if wanted(m)}
+        self.metrics = RunMetrics(source=source)
+
     def flat(self) -> dict[str, Any]:
         """The config as dotted keys, every slime dest once (under `@dest`) with the value it ran with,
         whichever of model/algo/env/args said it."""
@@ -499,8 +513,15 @@ def attach_metrics(records: list[RunRecord], source: str, project: str | None = 
                 add(raw, rec)
             return finish(raw)
 
+        from trainstack.metrics import digest
+
         errors: list[ConfigError] = []
         for r in records:
+            if condense is not None and not condense[1] and r.run_dir:  # no plot: a digest serves, when current
+                got = digest.load(r.run_dir)
+                if got is not None and got[0] != "jsonl" and source in ("auto", got[0]):  # (jsonl: checked as read)
+                    r.condense_from_digest(got[0], got[1], condense[0])
+                    continue
             try:
                 r.metrics = read_local(r.run_dir, source, jsonl_checked) if r.run_dir else RunMetrics(source="none")
                 if r.run_dir and r.metrics.source == "none" and source == "auto":  # nothing: its jsonl checked

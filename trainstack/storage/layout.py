@@ -22,6 +22,7 @@ EVENTS = "events.jsonl"
 STATUS = "status.json"
 STATUS_LOCK = ".status.json.lock"  # status.json's writers (threads, processes) take turns on it
 SUMMARY = "summary.json"  # where the run stands, made from the files above (run/rundir/summary.py): status reads it
+METRICS_DIGEST = "metrics_digest.json"  # a run that is not running: its metrics summed up for compare (metrics/digest.py)
 METRICS = "metrics.jsonl"
 EVALS = "evals.jsonl"  # eval-only runs of this run's checkpoints (trainstack eval): their eval/* metrics per iteration
 LEASE = "lease.json"

@@ -138,6 +138,10 @@ def refresh(run_dir: str | Path) -> None:
         atomic_write(run_dir / layout.SUMMARY, json.dumps(made.to_json(), sort_keys=True, default=str) + "\n")
     except (ConfigErrors, OSError, ValueError, TypeError):
         return
+    if made.state not in ("running", None):  # its metrics no longer move: compare reads their digest
+        from trainstack.metrics import digest
+
+        digest.write(run_dir)
 
 
 def make(run_dir: str | Path) -> Summary:
