@@ -59,7 +59,7 @@ test-fast: $(STAMP) pyc
 	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 golden: $(STAMP)
-	$(PY) -m trainstack.tools.golden --update
+	$(PY) -m trainstack.render.golden --update
 
 bench: $(STAMP)
 	$(PY) benchmarks/dry_run_latency.py

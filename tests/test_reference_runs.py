@@ -6,7 +6,7 @@ import pytest
 
 from trainstack.upstream.argtable import load_table
 from trainstack.render.pipeline import build_from_overrides
-from trainstack.tools import golden
+from trainstack.render import golden
 
 EXPERIMENT_OF = {
     "qwen3-4B-grpo": "qwen3-4B-grpo-dapo",

@@ -132,7 +132,7 @@ def test_user_save_interval_wins():
 
 
 def test_every_experiment_that_saves_has_a_save_interval():
-    from trainstack.tools.golden import experiments
+    from trainstack.render.golden import experiments
 
     for exp in experiments():
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainstack.config.resolve import PROJECT_ROOT
-from trainstack.tools.golden import PLACEHOLDER_OVERRIDES, ROOT_MARK  # machine-independent paths, as in goldens
+from trainstack.render.golden import PLACEHOLDER_OVERRIDES, ROOT_MARK  # machine-independent paths, as in goldens
 
 CHECKOUT = Path(__file__).resolve().parents[2]  # devtools/ lives only in a checkout, beside tests/
 ORACLE_PATH = CHECKOUT / "tests" / "oracle" / "slime_parse_oracle.json"

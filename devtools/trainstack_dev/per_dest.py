@@ -237,7 +237,7 @@ def composed(base: str) -> tuple[Any, Any]:
     import copy
 
     from trainstack.render.pipeline import compose
-    from trainstack.tools.golden import PLACEHOLDER_OVERRIDES
+    from trainstack.render.golden import PLACEHOLDER_OVERRIDES
 
     if base not in _COMPOSED:
         _COMPOSED[base] = compose([*PLACEHOLDER_OVERRIDES, *BASES[base]])

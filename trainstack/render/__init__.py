@@ -1,3 +1,4 @@
-"""The resolved run as slime's exact argv and env (command), and the one call the app, CLI and tests make:
-compose, resolve, validate, render (pipeline). May import: rules/, config/ and below.
+"""The resolved run as slime's exact argv and env (command), the one call the app, CLI and tests make: compose,
+resolve, validate, render (pipeline), and every experiment's rendered command kept as golden files (golden,
+`python -m trainstack.render.golden`). May import: rules/, metrics/, config/ and below.
 """

@@ -1,6 +1,6 @@
 """Golden files: every experiment's rendered command, on fixed placeholder paths.
 
-`python -m trainstack.tools.golden --update` rewrites tests/golden/*.json; the test suite
+`python -m trainstack.render.golden --update` rewrites tests/golden/*.json; the test suite
 fails when a config or renderer change alters any of them (review the diff, then update).
 """
 from __future__ import annotations
