@@ -35,10 +35,9 @@ CORE_NAMES = ("pipeline", "resolve", "validate", "command", "spec", "lifecycle",
               "app", "display", "status", "main", "host_checks", "checkpoints", "hooks", "features", "points")
 # Features (and the commander, which serves the Lium launcher) may import the core; one feature imports another
 # only here, each by name and for what it reuses: the tiny model's files and arithmetic (its checkpoint, HF
-# export, tokenizer), the eval planner, the Hub client, the model metadata tool.
-OUTSIDE = (*(f.split(".")[1] for f in FEATURES), "commander", "tools", "sitehook")
-FEATURE_TIES = {("export", "tiny"), ("export", "evals"), ("export", "hub"), ("http_env", "tiny"), ("inputs", "tiny"),
-                ("inputs", "tools")}
+# export, tokenizer), the eval planner, the Hub client.
+OUTSIDE = (*(f.split(".")[1] for f in FEATURES), "commander", "sitehook")
+FEATURE_TIES = {("export", "tiny"), ("export", "evals"), ("export", "hub"), ("http_env", "tiny"), ("inputs", "tiny")}
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -141,7 +140,7 @@ def test_features_import_no_other_feature_but_the_listed_ties():
             continue
         for line, mod in trainstack_imports(p):
             dst = room(mod)
-            if dst in OUTSIDE and dst != src and dst not in ("commander", "tools") and (src, dst) not in FEATURE_TIES:
+            if dst in OUTSIDE and dst != src and dst != "commander" and (src, dst) not in FEATURE_TIES:
                 bad.append(f"{p.relative_to(ROOT)}:{line} ({src}) imports {mod} ({dst})")
     assert not bad, "a feature imports another (join through trainstack/hooks.py):\n" + "\n".join(bad)
 

@@ -107,7 +107,7 @@ EXPECT: dict[str, tuple[int, Check]] = {
     # docs/slime_versions.md
     "trainstack slime list": (0, "slime v0.3.0 (bf14dc21)"),
     # docs/models.md
-    "python -m trainstack.tools.sync_slime presets --check": (0, "generated file(s) up to date"),
+    "python -m trainstack.upstream.sync_slime presets --check": (0, "generated file(s) up to date"),
     "python -m trainstack.render.golden": (0, "golden files up to date"),
     # docs/launchers.md
     "python run.py env.num_rollout=40 run_id=demo-exec": (0, "(finished, exit code 0)"),
@@ -166,7 +166,7 @@ def verdict_first(out: str, run_id: str, launcher: str) -> bool:
 # they run on whichever worker is free (in that worker's copy of the walk directory), the others one after
 # another on one worker, in reading order (tests/conftest.py).
 INDEPENDENT = {"make lint", "python run.py experiment=cpu-agentic run_id=agentic-demo env.num_rollout=5",
-               "python -m trainstack.tools.sync_slime presets --check", "python -m trainstack.render.golden"}
+               "python -m trainstack.upstream.sync_slime presets --check", "python -m trainstack.render.golden"}
 TINY_TRAIN_PREFIX = "python -m trainstack.tiny.train --num-layers 2"
 
 

@@ -159,14 +159,14 @@ def test_every_dest_of_the_table_counts_or_is_excluded_by_name():
 
 
 def test_the_identity_file_is_in_step_with_the_table():
-    res = subprocess.run([sys.executable, "-m", "trainstack.tools.sync_slime", "identity", "--check"],
+    res = subprocess.run([sys.executable, "-m", "trainstack.upstream.sync_slime", "identity", "--check"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0 and res.stdout == "", res.stdout + res.stderr
 
 
 def _table_with(tmp_path, dest: str, flag: str):
     """A copy of the argument table with one more slime dest (a regenerated table at a newer slime)."""
-    from trainstack.tools.sync_slime import ARGS_JSON
+    from trainstack.upstream.sync_slime import ARGS_JSON
 
     raw = json.loads(ARGS_JSON.read_text(encoding="utf-8"))
     raw["arguments"].append({"option_strings": [flag], "dest": dest, "source": "slime", "action": "_StoreAction",
@@ -186,7 +186,7 @@ def test_a_new_dest_with_a_formerly_excluded_prefix_changes_the_run_id(tmp_path,
     path = _table_with(tmp_path, dest, flag)
     out = tmp_path / "run_identity.json"
     shutil.copy(ROOT / "trainstack" / "data" / "run_identity.json", out)
-    res = subprocess.run([sys.executable, "-m", "trainstack.tools.sync_slime", "identity", "--table", str(path),
+    res = subprocess.run([sys.executable, "-m", "trainstack.upstream.sync_slime", "identity", "--table", str(path),
                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0 and f"new dest {dest} counts in the run_id" in res.stdout, res.stdout + res.stderr
     assert dest in json.loads(out.read_text())["identity"]

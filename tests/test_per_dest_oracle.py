@@ -73,7 +73,7 @@ UPSTREAM_ONLY: dict[str, str] = {
                                      "the flag can never start at this pin (to fix upstream)",
     "exit_signal/choice": "trainstack's table records the signal numbers as exit_signal's choices, but Megatron's type "
                           "takes signal names (SIGTERM): `1` passes trainstack and Megatron raises KeyError; the table "
-                          "needs the names (python -m trainstack.tools.sync_slime)",
+                          "needs the names (python -m trainstack.upstream.sync_slime)",
 }
 # Probes slime's parser accepts that trainstack refuses by a rule that is not a BEYOND_PARSER one:
 # probe key -> why the refusal is right.

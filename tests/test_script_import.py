@@ -89,7 +89,7 @@ def test_the_reference_scripts_pick_the_shipped_recipes_presets(tmp_path):
 
 
 def bash_model_args(path: Path) -> list[str]:
-    from trainstack.tools.sync_slime import source_model_args
+    from trainstack.upstream.sync_slime import source_model_args
 
     return source_model_args(path)
 

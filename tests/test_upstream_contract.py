@@ -173,7 +173,7 @@ def test_the_submodule_is_at_the_argument_tables_commit():
     assert git.returncode == 0, git.stderr
     assert git.stdout.strip() == table, (f"slime/ is at {git.stdout.strip()} but the argument table was read from "
                                          f"{table}: pin the submodule to it, or regenerate the table "
-                                         "(`python -m trainstack.tools.sync_slime args --slime-root slime`)")
+                                         "(`python -m trainstack.upstream.sync_slime args --slime-root slime`)")
     assert head_commit(SLIME) == table  # the launch's own reading (no git) agrees with git
 
 

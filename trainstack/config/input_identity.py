@@ -28,7 +28,7 @@ INPUT_DESTS = ("hf_checkpoint", "ref_load", "prompt_data")
 # the ones that do not, grouped by why (layout, performance, engine, tracking, outputs, inputs, length).
 # Reviewed against the argument table's commit; a dest in neither list (a table regenerated and not
 # reviewed yet) counts in the identity: a changed run_id refuses a resume, a missed one would
-# silently continue a different training. `python -m trainstack.tools.sync_slime identity` keeps it
+# silently continue a different training. `python -m trainstack.upstream.sync_slime identity` keeps it
 # in step with the table and names the new dests to review.
 IDENTITY_PATH = Path(__file__).resolve().parents[1] / "data" / "run_identity.json"
 

@@ -45,7 +45,7 @@ NOT_ARCH = frozenset({"hf_checkpoint", "ref_load", "load", "save", "lr", "min_lr
 
 
 def _training_dests() -> frozenset[str]:
-    from trainstack.tools.model_meta import MISC, perf
+    from trainstack.upstream.model_meta import MISC, perf
 
     return frozenset(perf(2, pp=2, first=1, last=1, offload=True, engine=1)) | frozenset(MISC) | NOT_ARCH
 

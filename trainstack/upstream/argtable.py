@@ -1,7 +1,7 @@
 """slime's argument table: every argparse action slime accepts, keyed by dest.
 
 The table (``data/slime_args.json``) was read from slime's real parsers at the commit in
-``SLIME_COMMIT``; ``python -m trainstack.tools.sync_slime`` regenerates it from a checkout.
+``SLIME_COMMIT``; ``python -m trainstack.upstream.sync_slime`` regenerates it from a checkout.
 Rendering, validation and the tiny trainer's parser all come from this one table, so a flag
 slime accepts is accepted everywhere and nothing else is.
 """
@@ -264,7 +264,7 @@ def _load_table(path: str) -> ArgTable:
 
 @lru_cache(maxsize=1)
 def load_help() -> dict[str, str]:
-    """dest -> help text from slime's parsers (`python -m trainstack.tools.sync_slime help`)."""
+    """dest -> help text from slime's parsers (`python -m trainstack.upstream.sync_slime help`)."""
     path = DATA_DIR / "slime_help.json"
     if not path.exists():
         return {}

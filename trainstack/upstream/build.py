@@ -29,7 +29,7 @@ class BuildError(RuntimeError):
 
 
 def build_in_process(slime_root: Path, layers_table: dict) -> dict[str, Any]:
-    from trainstack.tools import sync_slime
+    from trainstack.upstream import sync_slime
     from trainstack.upstream import identity, replay
 
     replay.install(layers_table)

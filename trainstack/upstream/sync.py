@@ -13,7 +13,7 @@ that names the checkout (`slime.root`) then uses it, because the checkout's argu
   ``trainstack/data/slime_args.json`` is the review of a pin upgrade);
 - ``changes.txt``: the dests added, removed and renamed against the packaged pin;
 - ``slime_models.json`` and ``conf/model/<name>.yaml``: the presets of its ``scripts/models/*.sh``
-  (use them with ``--config-dir <dir>/conf``; a model without ``trainstack/tools/model_meta.py``
+  (use them with ``--config-dir <dir>/conf``; a model without ``trainstack/upstream/model_meta.py``
   sizes is listed and left out);
 - ``run_identity.json``: which of its dests count in a run_id (the packaged review carried over, new
   dests counted).
@@ -62,7 +62,7 @@ def changes(doc: dict[str, Any]) -> list[str]:
 def sync(slime_root: Path, name: str | None = None, out_root: Path | None = None) -> tuple[Path, list[str]]:
     """Build and write everything for the checkout; returns (its directory, notes to print)."""
     from trainstack.upstream.argtable import ArgTable
-    from trainstack.tools import sync_slime
+    from trainstack.upstream import sync_slime
     from trainstack.upstream import build, versions
 
     doc = build.build(slime_root)
@@ -90,7 +90,7 @@ def sync(slime_root: Path, name: str | None = None, out_root: Path | None = None
 
 
 def _presets(slime_root: Path, table: Any, target: Path) -> list[str]:
-    from trainstack.tools import sync_slime
+    from trainstack.upstream import sync_slime
 
     if not (slime_root / "scripts" / "models").is_dir():
         return ["no scripts/models/ in the checkout: no presets"]

@@ -5,7 +5,7 @@ The architecture flags of every preset come from slime's ``scripts/models/*.sh``
 the Hugging Face repo and checkpoint directory name, the family, a nominal parameter count, and
 model-size-dependent training defaults (parallelism + perf flags).
 
-Edit this file, then regenerate with ``python -m trainstack.tools.sync_slime presets``; the presets
+Edit this file, then regenerate with ``python -m trainstack.upstream.sync_slime presets``; the presets
 are never edited by hand (``--check`` in CI catches drift).
 
 Perf defaults marked ``upstream`` copy the ``PERF_ARGS`` (and the CPU-offload optimizer flags) of the
@@ -336,6 +336,6 @@ def meta_for(name: str) -> dict[str, Any]:
         return MODELS[name]
     except KeyError:
         raise KeyError(
-            f"model {name!r} has no entry in trainstack/tools/model_meta.py MODELS; add one "
+            f"model {name!r} has no entry in trainstack/upstream/model_meta.py MODELS; add one "
             "(hf_repo, family, nominal params, perf defaults) and regenerate"
         ) from None

@@ -1,1 +1,0 @@
-"""Maintenance tools (regenerating slime-derived data); not imported at run time."""
