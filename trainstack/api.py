@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 from trainstack.errors import ConfigError, ConfigErrors
 
 if TYPE_CHECKING:
-    from trainstack.render.command import SlimeCommand
     from trainstack.config.resolve import ResolvedRun
+    from trainstack.render.command import SlimeCommand
     from trainstack.run.spec import RunSpec
 
 __all__ = ["ConfigError", "ConfigErrors", "Diff", "DryRun", "LaunchResult", "Metrics", "Run", "RunBusy",
@@ -171,8 +171,8 @@ class Run:
 
         runs_root = default_runs_root() if runs_root is None else runs_root
         from trainstack.run.rundir import RunDir
-        from trainstack.storage import layout
         from trainstack.run.rundir.targets import _run_id_of, bad_target, find_run
+        from trainstack.storage import layout
 
         found = find_run(str(target), runs_root)
         if found is None:
@@ -235,8 +235,8 @@ class Run:
         """Check, store the spec and submit it to the run's launcher (local: returns when the run has
         ended). `check`: raise RunFailed when it ended badly (RunBusy when it runs elsewhere)."""
         from trainstack import registry
-        from trainstack.run.lifecycle import EXIT_BUSY
         from trainstack.preflight.checks import preflight
+        from trainstack.run.lifecycle import EXIT_BUSY
         from trainstack.run.rundir import RunDir
 
         run, cmd = self._composed("launch()")
@@ -270,9 +270,9 @@ class Run:
 
     def status(self) -> RunStatus:
         """Where the run stands (`trainstack status RUN`), from its run directory and scheduler."""
+        from trainstack.reports.status import collect, fill
         from trainstack.run.rundir import RunDir
         from trainstack.storage import layout
-        from trainstack.reports.status import collect, fill
 
         if not Path(self.run_dir, layout.STATUS).exists() and not Path(self.run_dir, layout.SPEC).exists():
             return RunStatus(self.run_id, self.run_dir, None, None, None, None, None, None)
@@ -313,8 +313,8 @@ def diff_runs(a: "Run | str | Sequence[str]", b: "Run | str | Sequence[str]", *,
               runs_root: str | Path | None = None, config_dir: str | Path | None = None) -> Diff:
     """`trainstack diff A B`: each side a Run, a run id / run dir / experiment / quoted override list
     (a string, as the CLI takes it), or a list of overrides. Bad sides: ConfigErrors with all problems."""
-    from trainstack.reports.diff import diff_sides, format_text
     from trainstack.config.userconfig import default_runs_root
+    from trainstack.reports.diff import diff_sides, format_text
 
     runs_root = default_runs_root() if runs_root is None else runs_root
 

@@ -46,8 +46,8 @@ def _normalise(value: Any) -> Any:
 
 def as_parsed(spec: Any, value: Any) -> Any:
     """The value argparse makes of the rendered tokens: strings for untyped flags (`8998` -> '8998')."""
-    from trainstack.upstream import argtable as at
     from trainstack.render.command import format_value
+    from trainstack.upstream import argtable as at
 
     if isinstance(value, list):
         return [as_parsed(spec, v) for v in value]
@@ -71,11 +71,11 @@ def judge(overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judge
 
 def judge_composed(cfg: Any, origin: Any, overrides: Sequence[str], skip: frozenset[str] = frozenset()) -> Judgement:
     """judge() from a config Hydra already composed (the per-dest oracle composes each base once)."""
-    from trainstack.upstream.argtable import load_table
+    from trainstack.config.resolve import resolve
     from trainstack.errors import ConfigErrors
     from trainstack.render.command import render
-    from trainstack.config.resolve import resolve
     from trainstack.rules.validate import RULES, Ctx
+    from trainstack.upstream.argtable import load_table
 
     try:
         run = resolve(cfg, origin)

@@ -58,8 +58,8 @@ VALUES: dict[str, list[tuple[str, Any]]] = {
 
 def excluded() -> dict[str, str]:
     """Every dest no probe sets, with why."""
-    from trainstack.upstream.argtable import load_table
     from trainstack.secrets import is_secret_name
+    from trainstack.upstream.argtable import load_table
 
     return {**{d: SECRET for d in load_table().dests() if is_secret_name(d)}, **EXCLUDED}
 
@@ -177,8 +177,8 @@ def values_of(spec) -> list[tuple[str, Any]]:
 
 
 def probes() -> list[Probe]:
-    from trainstack.upstream.argtable import load_table
     from trainstack.rules.range_rules import RANGES
+    from trainstack.upstream.argtable import load_table
 
     table = load_table()
     out = []
@@ -200,9 +200,9 @@ def forced_render(base: str, probe: Probe, refusal: Judgement) -> Judgement:
     """A probe trainstack refuses while resolving (no argv): rendered anyway, faithfully (the base's
     resolved run with the probe's value put on its dest), so slime's parser can say whether the
     refusal is a false one."""
-    from trainstack.upstream.argtable import load_table
-    from trainstack.render.command import render
     from trainstack.config.resolve import normalise_append, resolve
+    from trainstack.render.command import render
+    from trainstack.upstream.argtable import load_table
     from trainstack_dev.oracle import _normalise, as_parsed
 
     cfg, origin = composed(base)
@@ -236,8 +236,8 @@ def composed(base: str) -> tuple[Any, Any]:
     """A base config as Hydra composes it (once per base), and a copy to change."""
     import copy
 
-    from trainstack.render.pipeline import compose
     from trainstack.render.golden import PLACEHOLDER_OVERRIDES
+    from trainstack.render.pipeline import compose
 
     if base not in _COMPOSED:
         _COMPOSED[base] = compose([*PLACEHOLDER_OVERRIDES, *BASES[base]])
@@ -254,9 +254,9 @@ def judge_on_base(base: str, overrides: list[str], skip: frozenset[str] = frozen
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from trainstack.errors import ConfigErrors
     from trainstack.config.overrides import normalise_argv
     from trainstack.config.resolve import CONF_DIR
+    from trainstack.errors import ConfigErrors
     from trainstack_dev.oracle import judge_composed
 
     cfg, origin0 = composed(base)

@@ -14,9 +14,9 @@ _CREATED_BY_HYDRA: list = []  # hydra.run.dir's directories that did not exist: 
 def prepare_argv() -> None:
     """Check overrides before Hydra composes (exit 2 on unknown keys; dests become `++`)."""
     from trainstack.config import hydra_dirs
-    from trainstack.errors import ConfigErrors, report_and_exit
     from trainstack.config.overrides import normalise_argv
     from trainstack.config.resolve import CONF_DIR
+    from trainstack.errors import ConfigErrors, report_and_exit
 
     argv = sys.argv[1:]
     if any("hydra.sweeper.objective=" in a for a in argv):  # one spelling for every sweeper (sweep_result.py)
@@ -34,8 +34,8 @@ def prepare_argv() -> None:
 def main() -> Any:
     """`python run.py ...` and `trainstack run ...`: Hydra composes the packaged conf/ (plus any
     --config-dir), then run_app builds, checks and launches. Nothing it prints shows a secret's value."""
-    from trainstack.terminal.pipes import quietly
     from trainstack.secrets import scrubbed_output
+    from trainstack.terminal.pipes import quietly
 
     gc.disable()  # start-up makes long-lived objects (modules, the tree): collecting over them was ~15% of a dry run
     try:
@@ -87,9 +87,9 @@ def _run_app(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from trainstack.config.resolve import Origin
     from trainstack.errors import ConfigErrors, report_and_exit
     from trainstack.render.pipeline import build
-    from trainstack.config.resolve import Origin
 
     hc = HydraConfig.get()
     origin = Origin.from_hydra(hc)
@@ -128,9 +128,9 @@ def _run_app(cfg: Any) -> Any:
                              overrides=_shown(origin.overrides))
         return
     gc.enable()  # a launch lives long (app.main defers the collector for the start-up only)
-    from trainstack.reports.display import print_summary
-    from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack import registry
+    from trainstack.errors import RuntimeFailure, report_failure_and_exit
+    from trainstack.reports.display import print_summary
     from trainstack.run.lifecycle import EXIT_BUSY
     from trainstack.run.rundir import RunDir
     from trainstack.run.spec import RunSpec

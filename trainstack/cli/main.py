@@ -6,16 +6,16 @@ import json
 import sys
 from typing import NoReturn
 
-from trainstack.errors import ConfigErrors, report_and_exit
 from trainstack.config.userconfig import RUNS_ROOT_ENV, default_runs_root
+from trainstack.errors import ConfigErrors, report_and_exit
 
 RUNS_ROOT_HELP = f"where run ids are looked up (default ${RUNS_ROOT_ENV}, else ./runs)"
 
 
 def cmd_render(ns: argparse.Namespace) -> int:
     """Compose + validate + render; print the argv as JSON for other tools."""
-    from trainstack.terminal.output_files import output_problem, write_text
     from trainstack.render.pipeline import build_from_overrides
+    from trainstack.terminal.output_files import output_problem, write_text
 
     bad_output = output_problem(ns.output, "--output") if ns.output is not None else None
     try:
@@ -192,8 +192,8 @@ def cmd_logs(ns: argparse.Namespace) -> int:
     """The run's launcher prints its log (here: logs/trainer.log; Lium: from the pod)."""
     from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack.registry import get
-    from trainstack.run.rundir.targets import bad_target, find_run
     from trainstack.reports.status import collect, locate
+    from trainstack.run.rundir.targets import bad_target, find_run
 
     try:
         if find_run(locate(ns.run, ns.runs_root), ns.runs_root) is None:
@@ -220,9 +220,9 @@ def add_logs(sub) -> None:
 
 def cmd_exec(ns: argparse.Namespace) -> int:
     """Execute a stored run here, as it was submitted (no recomposition)."""
-    from trainstack.run import spec as runspec
-    from trainstack.errors import RuntimeFailure, report_failure_and_exit
     from trainstack import registry
+    from trainstack.errors import RuntimeFailure, report_failure_and_exit
+    from trainstack.run import spec as runspec
     from trainstack.run.rundir.targets import bad_target, find_run
 
     run_dir = find_run(ns.run, ns.runs_root)
@@ -318,8 +318,8 @@ class _TopParser(_Parser):
 def main(argv: list[str] | None = None) -> int:
     """`trainstack ...`: whatever a command prints, no secret's value (trainstack/secrets.py); a reader that
     leaves early (`trainstack ... | head`) ends it quietly (trainstack/terminal/pipes.py)."""
-    from trainstack.terminal.pipes import quietly
     from trainstack.secrets import scrubbed_output
+    from trainstack.terminal.pipes import quietly
 
     def scrubbed() -> int:
         with scrubbed_output():

@@ -16,10 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NoReturn
 
-from trainstack.upstream import argtable as at
-from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.config.schema import DEST_NAMESPACES, GROUPS, ROOT_KEYS, ROOT_SECTIONS
+from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.secrets import env_fix, is_secret_name, redact_override, secret_in_value
+from trainstack.upstream import argtable as at
 from trainstack.upstream.renames import hint_for_dest
 from trainstack.upstream.select import activate_for_root, root_from_overrides
 

@@ -39,10 +39,10 @@ def add_eval(sub: Any) -> None:
 
 
 def cmd_eval(ns: argparse.Namespace) -> int:
-    from trainstack.run import spec as runspec
     from trainstack.errors import ConfigError, ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
     from trainstack.evals import run
     from trainstack.evals.plan import EvalOf, complete_iterations, eval_spec, parse_overrides, select
+    from trainstack.run import spec as runspec
     from trainstack.run.rundir.targets import expand
 
     try:

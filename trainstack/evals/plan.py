@@ -63,8 +63,8 @@ def parse_overrides(tokens: Sequence[str]) -> dict[str, Any]:
     one ConfigErrors naming every bad token."""
     import yaml
 
-    from trainstack.upstream import argtable as at
     from trainstack.config.resolve import check_dest_value
+    from trainstack.upstream import argtable as at
 
     table = at.load_table()
     out: dict[str, Any] = {}
@@ -157,8 +157,8 @@ def _move(value: Any, old: str, new: str) -> Any:
 
 def _argv_with(groups: dict[str, list[str]], values: dict[str, Any]) -> dict[str, list[str]]:
     """The stored argv groups with each dest in `values` replaced (None: removed), everything else as stored."""
-    from trainstack.upstream import argtable as at
     from trainstack.render.command import flag_spans, render_dest
+    from trainstack.upstream import argtable as at
 
     table = at.load_table()
     out: dict[str, list[str]] = {}
@@ -178,8 +178,8 @@ def _argv_with(groups: dict[str, list[str]], values: dict[str, Any]) -> dict[str
 def eval_spec(source: Any, iteration: int, overrides: dict[str, Any], runs_root: str | Path,
               launcher: str | None = None) -> Any:
     """The stored run that evaluates `source`'s checkpoint `iteration` (a RunSpec, not yet written)."""
-    from trainstack.run.spec import make_provenance
     from trainstack.config.schema import HubSpec
+    from trainstack.run.spec import make_provenance
 
     tag = tag_of(overrides)
     run_id = eval_run_id(source.run_id, iteration, tag)

@@ -31,12 +31,12 @@ def add_export(sub: Any) -> None:
 
 
 def cmd_export(ns: argparse.Namespace) -> int:
-    from trainstack.run import spec as runspec
     from trainstack.errors import ConfigError, ConfigErrors, RuntimeFailure, report_and_exit, report_failure_and_exit
     from trainstack.export import plan as P
     from trainstack.export.write import write
-    from trainstack.storage.layout import EXPORTS, iter_name
+    from trainstack.run import spec as runspec
     from trainstack.run.rundir.targets import bad_target, find_run
+    from trainstack.storage.layout import EXPORTS, iter_name
 
     tmp = None
     try:

@@ -29,8 +29,8 @@ class Export:
 
     def provenance(self, how: str) -> dict[str, Any]:
         """What the export was made from (written beside the weights; the tiny writer also puts it in config.json)."""
-        from trainstack.storage.checkpoints import Manifest
         from trainstack.run.spec import checkout_state
+        from trainstack.storage.checkpoints import Manifest
 
         try:
             manifest = Manifest.read(self.save_dir, self.iteration)

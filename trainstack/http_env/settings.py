@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
-from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.config.schema import to_typed
+from trainstack.errors import ConfigError, ConfigErrors
 
 CONFIG_KEY = "http_env"  # the custom-config key (slime: args.http_env) and the meta block's name
 REWARD_MODES = ("sum", "last", "terminal")

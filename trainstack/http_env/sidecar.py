@@ -31,8 +31,8 @@ from trainstack.procgroup import die_with_parent
 from trainstack.storage import layout
 
 if TYPE_CHECKING:
-    from trainstack.run.lifecycle import Runner, StartRunner
     from trainstack.config.resolve import ResolvedRun
+    from trainstack.run.lifecycle import Runner, StartRunner
     from trainstack.run.rundir import RunDir
     from trainstack.run.spec import RunSpec
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from trainstack import secrets
-from trainstack.storage.hf_xet import bound_xet_memory
 from trainstack.hub import layout
+from trainstack.storage.hf_xet import bound_xet_memory
 
 
 def transfer_path() -> str:

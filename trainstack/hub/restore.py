@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainstack.storage.checkpoints import is_complete as checkpoint_complete
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.hub import layout
+from trainstack.storage.checkpoints import is_complete as checkpoint_complete
 from trainstack.storage.layout import HUB_RESTORE, TRACKER, iter_name
 
 DOWNLOAD_ATTEMPTS = 5

@@ -16,16 +16,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from trainstack.storage.checkpoints import inspect, is_complete
 from trainstack.fencing.fence import Fenced
 from trainstack.hub import layout
 from trainstack.hub.push import PushJob, PushResult, push_checkpoint
 from trainstack.run.rundir import now_iso
+from trainstack.storage.checkpoints import inspect, is_complete
 from trainstack.storage.layout import iter_name
 
 if TYPE_CHECKING:
-    from trainstack.hub.client import HubClient
     from trainstack.fencing.lease import Lease
+    from trainstack.hub.client import HubClient
     from trainstack.run.rundir import RunDir
     from trainstack.run.spec import RunSpec
 

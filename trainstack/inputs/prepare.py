@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.storage.hf_xet import bound_xet_memory
 from trainstack.inputs import cache
 from trainstack.inputs.sources import DatasetSource, ModelSource, Sources, pinned, read
+from trainstack.storage.hf_xet import bound_xet_memory
 from trainstack.terminal.phase import phase
 
 REFS = "refs"
@@ -85,8 +85,8 @@ class Converter:
 
 def converter_for(config: Mapping[str, Any], args: Mapping[str, Any], backend: str, gpus_per_node: int,
                   slime_commit: str) -> Converter:
-    from trainstack.upstream.argtable import load_table
     from trainstack.render.command import render_dest
+    from trainstack.upstream.argtable import load_table
     from trainstack.upstream.slime_root import resolve as resolve_slime_root
 
     table = load_table()

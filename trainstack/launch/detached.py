@@ -16,10 +16,10 @@ if TYPE_CHECKING:
     from trainstack.run.spec import RunSpec
 
 def start_detached(spec: "RunSpec", launcher: str) -> int:
+    from trainstack.config.userconfig import run_target
     from trainstack.run.resume import plan
     from trainstack.run.rundir import RunDir
     from trainstack.storage import layout
-    from trainstack.config.userconfig import run_target
 
     rundir = RunDir(spec.run_dir)
     plan(spec, rundir)  # raises ConfigErrors (changed training config, resume policy, broken checkpoint)

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from trainstack.config.backends import BACKENDS
+from trainstack.config.schema import ClusterSpec
 from trainstack.errors import ConfigError, ConfigErrors, SchedulerFailure
 from trainstack.launch.base import Launcher
 from trainstack.launch.slurm_job import Point, PointRunner
 from trainstack.run.rundir import RunDir, atomic_write, manifest, now_iso
-from trainstack.storage import layout
 from trainstack.run.spec import RunSpec
-from trainstack.config.schema import ClusterSpec
+from trainstack.storage import layout
 
 if TYPE_CHECKING:
     from trainstack.launch.base import Row

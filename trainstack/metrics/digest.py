@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainstack.storage.files import atomic_write
 from trainstack.storage import layout
+from trainstack.storage.files import atomic_write
 
 FILE = layout.METRICS_DIGEST
 VERSION = 1

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from trainstack import hooks
+from trainstack.config.resolve import ResolvedRun
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.preflight.host_checks import (
     PREPARED_DATA_DESTS, HostFacts, checkout_notes, deferred_checks, host_problems, runs_root_problems)
 from trainstack.render.command import SlimeCommand
-from trainstack.config.resolve import ResolvedRun
 
 
 @dataclass

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainstack.config.resolve import ResolvedRun
 from trainstack.preflight.dry_summary import Fact, facts
 from trainstack.render.command import SlimeCommand
-from trainstack.config.resolve import ResolvedRun
 from trainstack.terminal.tables import fold
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainstack.render.command import SlimeCommand
 from trainstack.config.resolve import ResolvedRun
+from trainstack.render.command import SlimeCommand
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from trainstack.render.command import SlimeCommand
 from trainstack.config.resolve import ResolvedRun
+from trainstack.render.command import SlimeCommand
 
 if TYPE_CHECKING:
     from trainstack.preflight.checks import Report
@@ -18,8 +18,8 @@ from trainstack.terminal.tables import fold
 
 
 def _flag_rows(cmd: SlimeCommand, run: ResolvedRun, group: str) -> list[tuple[str, str, str]]:
-    from trainstack.upstream.argtable import load_table
     from trainstack.render.command import flag_spans
+    from trainstack.upstream.argtable import load_table
 
     flags = load_table().flag_to_dest
     return [(flag, " ".join(vals), run.source(flags.get(flag, ""))) for flag, vals in flag_spans(cmd.groups.get(group, []))]
@@ -212,8 +212,8 @@ def print_summary(run: "RunSpec", code: int, file=None) -> None:
     """After a launch: where the run is, how it learned, and the commands that continue it."""
     import shlex
 
-    from trainstack.storage.checkpoints import inspect
     from trainstack.run.rundir import RunDir
+    from trainstack.storage.checkpoints import inspect
 
     out = file or sys.stderr
     rd = RunDir(run.run_dir)

@@ -15,9 +15,10 @@ from typing import Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.launch.base import Row
+from trainstack.reports.status_view import RUN_ID_WHOLE, render, table_rows  # noqa: F401  (the table: status_view.py)
 from trainstack.run.rundir import RunDir
-from trainstack.storage import layout
 from trainstack.run.rundir.targets import RunRef, expand
+from trainstack.storage import layout
 
 
 def _run_row(ref: RunRef) -> Row:
@@ -159,10 +160,6 @@ def fill(rows: list[Row]) -> list[Row]:
             if len(by_key[o.partition("=")[0]]) > 1 or o.partition("=")[0] not in common]
         r.varying = [o for o in r.varying if o.partition("=")[0] != "run_id"]  # the row's own column
     return rows
-
-
-from trainstack.reports.status_view import (  # noqa: E402,F401  (the table: status_view.py)
-    RUN_ID_WHOLE, render, table_rows)
 
 
 def run_status(targets: Sequence[str], runs_root: str = "runs", as_json: bool = False, wide: bool = False,

@@ -69,8 +69,8 @@ def started_cell(iso: str | None, today: _dt.date | None = None) -> str:
 
 def table_rows(rows: list["Row"]) -> tuple[list["Column"], list[list[str]]]:
     """Columns (by priority: what a glance needs first) and cells of the status table."""
-    from trainstack.terminal.console import duration
     from trainstack.run.rundir.progress import Progress
+    from trainstack.terminal.console import duration
     from trainstack.terminal.tables import Column
 
     any_job = any(r.job_id for r in rows)

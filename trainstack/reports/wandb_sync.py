@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.config.userconfig import default_runs_root
+from trainstack.errors import ConfigError, ConfigErrors
 
 _STAMP = re.compile(r"^offline-run-(\d{8}_\d{6})-")
 

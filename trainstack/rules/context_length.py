@@ -88,8 +88,8 @@ def hf_config_problems(facts: Any) -> list[Any]:
     """Host check (trainstack/preflight/host_checks.py; `trainstack exec` on a remote trainer's host): the model's own
     config.json at --hf-checkpoint, read where the trainer runs, against the response budgets. A run
     that sets --sglang-context-length is judged by the config rule instead (runtime_rules.py)."""
-    from trainstack.upstream.argtable import load_table
     from trainstack.errors import ConfigError
+    from trainstack.upstream.argtable import load_table
 
     if facts.backend != "slime" or facts.args.get("sglang_context_length"):
         return []

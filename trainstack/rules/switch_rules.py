@@ -16,8 +16,8 @@ from trainstack.errors import ConfigError
 from trainstack.rules.rulebook import rule
 
 if TYPE_CHECKING:
-    from trainstack.upstream.argtable import ArgSpec
     from trainstack.rules.validate import Ctx
+    from trainstack.upstream.argtable import ArgSpec
 
 # store_true dests with default None that Megatron reads as booleans (`if args.no_load_optim:`):
 # an explicit false renders nothing and behaves as false (megatron/training/arguments.py,

@@ -10,8 +10,8 @@ import math
 from typing import Any, Callable, Iterator, Sequence
 
 from trainstack.config.backends import TINY_CAPABILITIES as TINY_CAPS
-from trainstack.errors import ConfigError
 from trainstack.config.resolve import ResolvedRun, is_train_only
+from trainstack.errors import ConfigError
 
 Rule = Callable[["Ctx"], list[ConfigError]]
 CORE_RULES: list[Rule] = []

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.config.resolve import NON_TRAINING_DESTS
+from trainstack.errors import ConfigError, ConfigErrors
 
 MOVE_CONSENT = "launcher"  # resume.allow_changes=[launcher]: move the run to another launcher knowingly
 RUN_LENGTH = ("num_rollout",)  # what continuing a run changes

@@ -21,8 +21,6 @@ import sys
 from typing import Callable, Protocol
 
 from trainstack import hooks
-from trainstack.storage import faults as storage
-from trainstack.storage.checkpoints import discard_all, inspect, load_failures, plan_recovery, write_identity
 from trainstack.errors import RuntimeFailure
 from trainstack.fencing.fence import EXIT_FENCED, Fence, margin_for
 from trainstack.fencing.lease import Lease, LeaseHeld
@@ -30,6 +28,8 @@ from trainstack.run.published_history import FRESH_START
 from trainstack.run.resume import FINISHED, FRESH, RESUME, ResumePlan, check_inputs_here, plan, training_identity
 from trainstack.run.rundir import RunDir
 from trainstack.run.spec import RunSpec
+from trainstack.storage import faults as storage
+from trainstack.storage.checkpoints import discard_all, inspect, load_failures, plan_recovery, write_identity
 
 EXIT_BUSY = 3  # another process holds the run
 # The run dir cannot be written: a full disk, a quota, a read-only or failing volume, permission denied.

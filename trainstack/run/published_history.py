@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import os
 
-from trainstack.storage import checkpoints as ck
 from trainstack.run.rundir import RunDir
+from trainstack.storage import checkpoints as ck
 from trainstack.storage.layout import MANIFEST, PUBLISH_LOG, iter_name
 
 FRESH_START = "fresh_start"  # the field of a `launch` event that started over knowingly

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainstack import secrets
-from trainstack.errors import ConfigError, ConfigErrors
 from trainstack.config.input_identity import inputs_of
-from trainstack.storage import layout
 from trainstack.config.schema import ClusterSpec, HubSpec, ResumeSpec
+from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.storage import layout
 
 if TYPE_CHECKING:
-    from trainstack.render.command import SlimeCommand
     from trainstack.config.resolve import ResolvedRun
+    from trainstack.render.command import SlimeCommand
 
 # Bump when a field changes meaning or a required field is added; `exec` refuses newer specs.
 SPEC_VERSION = 1

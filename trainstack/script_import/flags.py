@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from trainstack.upstream import argtable as at
 from trainstack.script_import.shell import Mark, Token
+from trainstack.upstream import argtable as at
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
 _SWITCHES = {"_StoreTrueAction": True, "DeprecatedStoreTrueAction": True, "_StoreFalseAction": False}

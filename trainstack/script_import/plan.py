@@ -17,9 +17,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from trainstack.upstream import argtable as at
 from trainstack.script_import.flags import Parsed, same
 from trainstack.script_import.shell import DIRECT, Mark, Reading, Text
+from trainstack.upstream import argtable as at
 
 GROUPS = ("model", "algo", "env")
 CLUSTER_DESTS = ("actor_num_nodes", "actor_num_gpus_per_node", "colocate", "rollout_num_gpus", "num_gpus_per_node")

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainstack.upstream import argtable as at
 from trainstack.script_import.flags import Parsed, from_argv, same
+from trainstack.upstream import argtable as at
 
 # trainstack's own flags (resolve.add_managed_dests, derive_cluster_args) and why
 ADDED = {

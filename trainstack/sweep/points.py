@@ -96,11 +96,11 @@ class PointChecker:
     def check(self, cfg: Any) -> "DryPoint | Any | None":
         """A dry point's DryPoint; a launch point's config (its task builds it again when it runs); None
         when the point failed (in `errors()`)."""
-        from trainstack.reports import display
-        from trainstack.render.pipeline import build
-        from trainstack.preflight.checks import preflight
         from trainstack.config.resolve import Origin
         from trainstack.config.sweep_cache import set_hydra_config
+        from trainstack.preflight.checks import preflight
+        from trainstack.render.pipeline import build
+        from trainstack.reports import display
 
         set_hydra_config(cfg)  # `${hydra:job.num}` in a point's values resolves against this point
         origin = Origin.from_hydra(cfg.hydra)

@@ -20,8 +20,8 @@ same function runs on slime (put trainstack on the workers' PYTHONPATH) and here
 from __future__ import annotations
 
 import argparse
-import json
 import itertools
+import json
 import os
 import random
 import re

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from trainstack.storage import checkpoints as ck
 from trainstack.fencing.fence import Fence
+from trainstack.storage import checkpoints as ck
 from trainstack.storage.layout import MANIFEST, PUBLISH_LOG, TRACKER, iter_name
 
 RELEASE = "release"

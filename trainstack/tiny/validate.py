@@ -10,9 +10,9 @@ import os
 import sys
 from typing import Any, Mapping
 
-from trainstack.upstream.argtable import load_table
-from trainstack.storage.checkpoints import TRACKER
 from trainstack.errors import ConfigError, ConfigErrors
+from trainstack.storage.checkpoints import TRACKER
+from trainstack.upstream.argtable import load_table
 
 from . import flags as F
 from .cli import ParsedArgv, parse_argv, usage

@@ -29,8 +29,7 @@ class BuildError(RuntimeError):
 
 
 def build_in_process(slime_root: Path, layers_table: dict) -> dict[str, Any]:
-    from trainstack.upstream import sync_slime
-    from trainstack.upstream import identity, replay
+    from trainstack.upstream import identity, replay, sync_slime
 
     replay.install(layers_table)
     parsers = sync_slime.build_slime_parsers(slime_root)

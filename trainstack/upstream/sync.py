@@ -61,9 +61,8 @@ def changes(doc: dict[str, Any]) -> list[str]:
 
 def sync(slime_root: Path, name: str | None = None, out_root: Path | None = None) -> tuple[Path, list[str]]:
     """Build and write everything for the checkout; returns (its directory, notes to print)."""
+    from trainstack.upstream import build, sync_slime, versions
     from trainstack.upstream.argtable import ArgTable
-    from trainstack.upstream import sync_slime
-    from trainstack.upstream import build, versions
 
     doc = build.build(slime_root)
     commit = doc["meta"].get("slime_commit") or "unknown"

@@ -14,13 +14,13 @@ import socket
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainstack.secrets import scrub
 from trainstack.storage import layout
 from trainstack.storage.files import append_line as append_line
 from trainstack.storage.files import atomic_write as atomic_write
 from trainstack.storage.files import locked as locked
 from trainstack.storage.files import now_iso as now_iso
 from trainstack.storage.files import temp_name as temp_name
-from trainstack.secrets import scrub
 
 STATES = ("created", "running", "finished", "failed", "interrupted")
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Sequence
 
 from trainstack.errors import ConfigError, ConfigErrors
-from trainstack.storage import layout
 from trainstack.run.rundir import manifest
+from trainstack.storage import layout
 
 
 @dataclass
