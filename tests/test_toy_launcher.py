@@ -91,7 +91,7 @@ def alive(pid: int) -> bool:
 
 
 def test_the_entry_point_is_found_and_imported_only_when_used(toy_pkg, tmp_path):
-    code = ("import sys\nimport trainstack.config.schema as s\nfrom trainstack.launch import registry\n"
+    code = ("import sys\nimport trainstack.config.schema as s\nfrom trainstack import registry\n"
             "print(sorted(registry.names()), 'toy' in s.ClusterSpec.CHOICES['launcher'], 'toy_launcher' in sys.modules)\n"
             "registry.get('toy')\nprint('toy_launcher' in sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env(toy_pkg), capture_output=True, text=True,
