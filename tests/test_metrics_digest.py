@@ -110,3 +110,16 @@ def test_a_running_run_gets_no_digest_and_a_jsonl_one_is_read_checked(tmp_path, 
     digest.write(j)  # made again from the corrupt file: compare still reads (and names) the file itself
     code, out, err = cli("compare", str(j))
     assert code == 2 and "metrics.jsonl" in err, (out, err)
+
+
+def test_a_current_digest_is_not_made_again(tmp_path, monkeypatch):
+    """Every status change and event of an ended run refreshes its summary: its metric files are decoded once."""
+    sweep, dirs = _sweep(tmp_path, monkeypatch)
+    refresh(dirs[0])
+    made = (dirs[0] / digest.FILE).stat().st_mtime_ns
+
+    def refuse(*a, **k):
+        raise AssertionError("the metric files were read again")
+    monkeypatch.setattr("trainstack.metrics.read_local", refuse)
+    refresh(dirs[0])
+    assert (dirs[0] / digest.FILE).stat().st_mtime_ns == made

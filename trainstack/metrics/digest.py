@@ -69,6 +69,8 @@ def write(run_dir: str | Path) -> None:
     from trainstack.metrics import read_local
 
     run_dir = Path(run_dir)
+    if load(run_dir) is not None:  # current: a refresh after the run ended (a Hub push, an eval) decodes nothing
+        return
     try:
         before = stamps(run_dir)
         found = read_local(run_dir, "auto")
