@@ -10,4 +10,6 @@ Installed with pip, `trainstack run ...` is the same command.
 from trainstack.cli.app import main
 
 if __name__ == "__main__":
-    main()
+    from trainstack.terminal.pipes import run_script
+
+    run_script(main)  # its exit code; no interpreter teardown after the work is done (terminal/pipes.py)

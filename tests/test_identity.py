@@ -12,6 +12,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import ROOT, files_under, run_py
 
 from trainstack.errors import ConfigErrors
@@ -54,6 +56,26 @@ def test_fingerprint_is_content_not_location(tmp_path):
     fp = fingerprint(str(d))
     (d / "config.json").write_text('{"hidden_size": 2}')
     assert fingerprint(str(d)) != fp
+
+
+# a stored record in any JSON shape (a damaged or hand-edited spec.json / checkpoint identity)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=st.dictionaries(st.sampled_from(["prompt_data", "hf_checkpoint", "x"]), _JSON, max_size=3))
+def test_a_stored_input_record_of_any_shape_compares_as_a_named_change_never_a_traceback(before):
+    """Found by the corrupt-run-dir property test: spec.json's inputs {'': True} raised AttributeError."""
+    after = {"prompt_data": {"path": "/d/train.jsonl", "fingerprint": {"kind": "file", "size": 3, "head_sha256": "ab"}}}
+    changes = input_changes(before, after)
+    for was, now in changes.values():
+        assert isinstance(was, str) and isinstance(now, str)
+    if not isinstance(before.get("prompt_data"), dict):  # absent or unreadable: never the same input
+        assert "prompt_data" in changes
+    assert set(changes) <= set(before) | set(after)
+
 
 
 @pytest.mark.parametrize("override,key", [

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from trainstack.metrics import finish, jsonl
 from trainstack.metrics import tensorboard as tb
@@ -55,16 +57,23 @@ EVENTS = [(s, t, (s * 7 % 13) / 3 + k) for s in (0, 1, 2, 127, 128, 300, 16383, 
           for k, t in enumerate(("rollout/raw_reward", "train/loss", "eval/arithmetic-truncated_ratio"))]
 
 
-def test_scalar_file_decoded_at_once_equals_the_record_loader(tmp_path):
+@pytest.fixture(params=["arrays", "plain"])
+def decoder(request, monkeypatch):
+    """Both fast decoders: numpy's array operations (a large file) and plain Python (a small one)."""
+    monkeypatch.setattr(tb, "SMALL_FILE", 0 if request.param == "arrays" else 2**40)
+    return request.param
+
+
+def test_scalar_file_decoded_at_once_equals_the_record_loader(tmp_path, decoder):
     path = write_events(tmp_path / "tb", EVENTS + [(2, "rollout/raw_reward", 9.5)])  # step 2 written again
     data = path.read_bytes()
     raw: dict = {}
-    assert tb._fast(data, raw)  # the array path took it (no fallback)
+    assert tb._fast(data, raw)  # a fast path took it (no fallback)
     assert finish(raw) == reference([path])
     assert finish(raw)["rollout/raw_reward"][2] == (2.0, 9.5)  # the last write of a step wins
 
 
-def test_torn_last_record_and_other_summaries(tmp_path):
+def test_torn_last_record_and_other_summaries(tmp_path, decoder):
     path = write_events(tmp_path / "a", EVENTS)
     data = path.read_bytes()
     for cut in (1, 4, 9, 15, 30):  # a write cut by a kill: the whole records before it are read
@@ -75,7 +84,7 @@ def test_torn_last_record_and_other_summaries(tmp_path):
     assert tb.read_files([mixed]) == reference([mixed])
 
 
-def test_several_files_in_order(tmp_path):
+def test_several_files_in_order(tmp_path, decoder):
     import time
 
     first = write_events(tmp_path / "tb", EVENTS[:9])
@@ -85,6 +94,42 @@ def test_several_files_in_order(tmp_path):
     assert len(files) == 2 and first in files
     assert tb.read(tmp_path) == {} and tb.read_files(files) == reference(files)
     assert dict(tb.read_files(files)["rollout/raw_reward"])[1.0] == 42.0
+
+
+_TAGS = st.sampled_from(["rollout/raw_reward", "train/loss", "eval/x", "a" * 40, "é/ü"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.tuples(st.integers(0, 2**29), _TAGS, st.floats(width=32, allow_nan=False)), max_size=30),
+       histogram_at=st.none() | st.integers(0, 30), cut=st.integers(0, 40))
+def test_the_plain_decoder_answers_as_the_array_decoder_and_the_record_loader(tmp_path_factory, events, histogram_at,
+                                                                              cut):
+    """Any scalar file (steps past the 4-byte varint, repeated steps, a histogram among them, a torn end): a small
+    file's plain-Python decode (what a run's end reads for its digest) gives what numpy's gives, and both what
+    tensorboard's own loader reads; each either takes the whole file or adds nothing."""
+    path = write_events(tmp_path_factory.mktemp("tb"), events, histogram_at)
+    data = path.read_bytes()
+    data = data[:len(data) - cut] if cut < len(data) else data
+    path.write_bytes(data)
+    plain: dict = {}
+    arrays: dict = {}
+    took_plain = tb._fast_small(data, plain)
+    import numpy  # noqa: F401  (the array path, whatever the file's size)
+
+    old = tb.SMALL_FILE
+    tb.SMALL_FILE = 0
+    try:
+        took_arrays = tb._fast(data, arrays)
+        assert tb.read_files([path]) == reference([path])
+    finally:
+        tb.SMALL_FILE = old
+    assert took_plain == took_arrays
+    assert finish(plain) == finish(arrays)
+    if took_plain:
+        assert finish(plain) == reference([path])
+    else:
+        assert plain == {}
+    assert tb.read_files([path]) == reference([path])
 
 
 def test_masked_crc_matches_tensorboards():

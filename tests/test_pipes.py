@@ -83,3 +83,49 @@ def test_quietly_never_lets_a_broken_pipe_out(out_gone, err_gone, line_buffered,
     err.flush()
     out.close()
     err.close()
+
+
+_SCRIPT = '''
+import atexit, sys, threading, time
+from trainstack.terminal.pipes import run_script
+
+mode, out = sys.argv[1], sys.argv[2]
+atexit.register(lambda: open(out + ".atexit", "w").write("ran"))
+
+def main():
+    print("buffered, no newline", end="")  # still in the buffer when the process leaves
+    if mode == "thread":  # a non-daemon thread still working: the normal exit waits for it
+        threading.Thread(target=lambda: (time.sleep(0.3), open(out + ".thread", "w").write("done"))).start()
+    if mode == "exit3":
+        sys.exit(3)
+    if mode == "message":
+        sys.exit("a message for the user")
+    if mode == "raise":
+        raise RuntimeError("boom")
+    return 7  # run.py ignores what its task returns; the `trainstack` command returns its code
+
+run_script(main, returns_code=len(sys.argv) > 3)
+'''
+
+
+@pytest.mark.parametrize("mode, code_returned, rc", [("plain", False, 0), ("plain", True, 7), ("exit3", False, 3),
+                                                     ("thread", False, 0), ("message", False, 1), ("raise", False, 1)])
+def test_a_finished_command_leaves_at_once_with_its_code_its_output_and_its_exit_handlers(tmp_path, mode,
+                                                                                         code_returned, rc):
+    """run.py and `trainstack` end through `exit_now` (no interpreter teardown, ~40 ms of a launch): the same
+    exit code as `sys.exit`, buffered output written, atexit handlers run, a non-daemon thread waited for, a
+    message or an exception reported as Python reports it."""
+    script = tmp_path / "s.py"
+    script.write_text(_SCRIPT)
+    out = str(tmp_path / "o")
+    res = subprocess.run([sys.executable, str(script), mode, out, *(["code"] if code_returned else [])],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == rc, res.stderr
+    assert res.stdout == "buffered, no newline"
+    assert open(out + ".atexit").read() == "ran"
+    if mode == "thread":
+        assert open(out + ".thread").read() == "done"
+    if mode == "message":
+        assert res.stderr.strip() == "a message for the user"
+    if mode == "raise":
+        assert "RuntimeError: boom" in res.stderr

@@ -39,12 +39,20 @@ def declared(group: str = GROUP) -> dict[str, str]:
 
 def _scan(paths: list[str], group: str = GROUP) -> tuple[dict[str, str], bool]:
     """The group's entries in the distributions on `paths`, the first distribution of each name
-    winning as importlib.metadata has it, and whether trainstack's own declares any. Read directly
-    (entry_points.txt in each *.dist-info / *.egg-info): importing importlib.metadata and scanning
-    with it costs a CLI call ~0.1 s."""
-    found: dict[str, str] = {}
+    winning as importlib.metadata has it, and whether trainstack's own declares any."""
+    found, ours = _scan_all(tuple(paths))
+    return dict(found.get(group, {})), group in ours
+
+
+@lru_cache(maxsize=4)
+def _scan_all(paths: tuple[str, ...]) -> tuple[dict[str, dict[str, str]], frozenset[str]]:
+    """Every group's entries on `paths` and the groups trainstack's own distribution declares, in
+    one pass (the launchers' group and the features' group are both read by a dry run). Read
+    directly (entry_points.txt in each *.dist-info / *.egg-info): importing importlib.metadata and
+    scanning with it costs a CLI call ~0.1 s."""
+    found: dict[str, dict[str, str]] = {}
     seen: set[str] = set()
-    ours = False
+    ours: set[str] = set()
     for entry in paths:
         try:
             names = sorted(os.listdir(entry or "."))
@@ -57,11 +65,13 @@ def _scan(paths: list[str], group: str = GROUP) -> tuple[dict[str, str], bool]:
             if dist in seen:
                 continue
             seen.add(dist)
-            entries = _groups(os.path.join(entry or ".", meta, "entry_points.txt")).get(group, {})
-            ours = ours or (dist == "trainstack" and bool(entries))
-            for name, value in entries.items():
-                found.setdefault(name, value)
-    return found, ours
+            for group, entries in _groups(os.path.join(entry or ".", meta, "entry_points.txt")).items():
+                if dist == "trainstack" and entries:
+                    ours.add(group)
+                into = found.setdefault(group, {})
+                for name, value in entries.items():
+                    into.setdefault(name, value)
+    return found, frozenset(ours)
 
 
 @lru_cache(maxsize=None)

@@ -62,6 +62,37 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for `proc` to exit; True once it has (reaped: `returncode` set). It wakes
+    the moment the process exits (a pidfd, Linux 5.3+; elsewhere Popen.wait's short sleeps), so a
+    watcher that also has other work each period (a lease to check) still sees the end at once, not
+    at its next period. Signal handlers run meanwhile (select is retried after them, PEP 475)."""
+    if proc.poll() is not None:
+        return True
+    fd = getattr(proc, "_trainstack_pidfd", None)
+    if fd is None:
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfd here, or the process was reaped meanwhile
+            fd = -1
+        proc._trainstack_pidfd = fd  # type: ignore[attr-defined]
+    if fd >= 0:
+        import select
+
+        select.select([fd], [], [], timeout_s)  # readable once the process has exited
+    else:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        return False
+    if fd >= 0:
+        os.close(fd)
+        proc._trainstack_pidfd = -1  # type: ignore[attr-defined]
+    return True
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group on this host, from /proc (Linux)."""
     out = []

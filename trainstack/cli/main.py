@@ -328,6 +328,14 @@ def main(argv: list[str] | None = None) -> int:
     return quietly(scrubbed)
 
 
+def script() -> NoReturn:
+    """The `trainstack` console script (and `python -m trainstack`): `main()`'s code, without the
+    interpreter's teardown once the command is done (trainstack/terminal/pipes.py exit_now)."""
+    from trainstack.terminal.pipes import run_script
+
+    run_script(main, returns_code=True)
+
+
 def _main(argv: list[str] | None = None) -> int:
     parser = _TopParser(prog="trainstack", usage="trainstack [-h] [--version] COMMAND ...", add_help=False,
                         description="Compose, check, launch and follow slime RL runs (`trainstack run` is "
@@ -425,4 +433,4 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

@@ -105,12 +105,23 @@ def _short(rec: dict[str, Any] | None) -> str:
     return f"{rec['path']} ({size}content {digest[:12]})"
 
 
+def _record(rec: Any) -> dict[str, Any] | None:
+    """A stored input record as written by `inputs_of`; one a damaged or hand-edited file left in another
+    shape compares as an unreadable path (a change, named), never a traceback."""
+    if rec is None:
+        return None
+    if not isinstance(rec, dict):
+        return {"path": "(unreadable record)", "fingerprint": None}
+    fp = rec.get("fingerprint")
+    return {"path": str(rec.get("path", "(no path recorded)")), "fingerprint": fp if isinstance(fp, dict) else None}
+
+
 def input_changes(before: dict[str, dict], after: dict[str, dict]) -> dict[str, tuple[str, str]]:
     """Inputs that differ: by content when both sides could fingerprint them (a moved but identical
     file is the same input), else by path. {dest: (before, after)} in words."""
     out = {}
-    for dest in sorted(set(before) | set(after)):
-        a, b = before.get(dest), after.get(dest)
+    for dest in sorted(set(before) | set(after), key=str):
+        a, b = _record(before.get(dest)), _record(after.get(dest))
         if a is None or b is None:
             if a != b:
                 out[dest] = (_short(a), _short(b))

@@ -21,6 +21,8 @@ def _identity(meta: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _rules(ctx: Any) -> list:
+    if (ctx.run.meta.get("env") or {}).get(CONFIG_KEY) is None:
+        return []  # the rules' first check; a run without an HTTP env imports nothing of it
     from trainstack.http_env.rules import http_env_settings
 
     return http_env_settings(ctx)

@@ -33,8 +33,6 @@ docs/launchers.md.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,6 +243,8 @@ class Launcher:
             if dry:
                 print(f"trainstack cancel: {r.run_id}: would send {what} (--dry: nothing sent)", file=sys.stderr)
                 continue
+            import signal
+
             try:
                 os.kill(holder.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -277,6 +277,8 @@ class Launcher:
 
     def logs(self, row: "Row", follow: bool = False, which: str = "trainer") -> int:
         """Print the run's trainer log (here: <run_dir>/logs/trainer.log); with follow, keep printing."""
+        import subprocess
+
         from trainstack.run.rundir import RunDir
 
         path = RunDir(row.run_dir).trainer_log

@@ -30,13 +30,11 @@ from trainstack.errors import CommanderFailure, ConfigError, ConfigErrors
 from trainstack.launch.base import Launcher
 from trainstack.launch.lium_commander import (  # noqa: F401  (this module's API too)
     LOCAL_IDLE_EXIT_S, LiumSettings, commander, start_local_commander, state_dir)
-from trainstack.run.rundir import RunDir, atomic_write, manifest, now_iso
-from trainstack.storage import layout
-from trainstack.run.spec import RunSpec
-from trainstack.config.userconfig import run_target
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the run dir and the spec are imported where a run is submitted: a dry run needs neither
     from trainstack.launch.base import Row
+    from trainstack.run.rundir import manifest
+    from trainstack.run.spec import RunSpec
 
 TERMINAL = ("finished", "failed", "cancelled", "paused")
 
@@ -146,6 +144,7 @@ def check(spec: RunSpec) -> None:
     """What every launch checks, before anything is registered: the pod settings (a pod that can run
     trainstack), then the resume check."""
     from trainstack.run.resume import plan
+    from trainstack.run.rundir import RunDir
 
     req = pod_request(spec)
     problem = image_problem(req.template_id, req.image)
@@ -157,6 +156,8 @@ def check(spec: RunSpec) -> None:
 def submit_specs(specs: Sequence[RunSpec], settings: LiumSettings, sweep_dir: str | None = None) -> list[dict]:
     """Register every run (all checked first); the records written to each run dir."""
     from trainstack.commander.client import CommanderError
+    from trainstack.run.rundir import RunDir, atomic_write, now_iso
+    from trainstack.storage import layout
 
     for spec in specs:
         check(spec)
@@ -242,6 +243,8 @@ class LiumLauncher(Launcher):
         check(spec)
 
     def submit(self, spec: RunSpec) -> int:
+        from trainstack.config.userconfig import run_target
+
         settings: LiumSettings = self.settings(spec)
         t0 = time.perf_counter()
         rec = submit_specs([spec], settings)[0]
@@ -256,6 +259,8 @@ class LiumLauncher(Launcher):
         return 0 if done[spec.run_id]["phase"] == "finished" else 1
 
     def submit_sweep(self, specs: Sequence[RunSpec], sweep_dir: Path, nums: Sequence[int]) -> list[manifest.SweepRun]:
+        from trainstack.run.rundir import manifest
+
         settings: LiumSettings = self.settings(specs[0])
         submit_specs(specs, settings, str(sweep_dir))
         self._wait = settings.wait

@@ -12,11 +12,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainstack.procgroup import REAP_WAIT_S, kill_group, stop_group
+from trainstack.procgroup import REAP_WAIT_S, kill_group, stop_group, wait_exit
 
 if TYPE_CHECKING:
     from trainstack.run.lifecycle import StartRunner
@@ -88,8 +87,8 @@ class TrainerProcess:
             self._stopper.start()
 
     def wait(self) -> int:
-        while self.proc.poll() is None:
-            time.sleep(0.1)
+        while not wait_exit(self.proc, 0.1):  # woken by the guard's exit, not by the next 0.1 s tick
+            pass
         kill_group(self.proc)  # anything left in the group goes with it
         self._pump.join(timeout=5)
         return self.proc.returncode

@@ -125,11 +125,53 @@ def _frames_at_once(buf, np) -> tuple[Any, Any] | None:  # type: ignore[no-untyp
     return p + 12, length
 
 
+SMALL_FILE = 256 * 1024  # below this a file is decoded in plain Python: importing numpy costs more (~50 ms)
+_VALUE = struct.Struct("<f")
+
+
+def _fast_small(data: bytes, raw: dict[str, dict[float, float]]) -> bool:
+    """`_fast` record by record, for a small file (a short run's, read once when it ends): the same
+    shape rules, the same answer, and no numpy or protobuf import."""
+    framed = _frames(data)
+    if framed is None:
+        return False
+    found: list[tuple[bytes, float, float]] = []
+    for start, length in zip(*framed):
+        end = start + length
+        if data[start] != 0x09:  # every event starts with its wall_time
+            return False
+        q = start + 9
+        step = 0
+        if q < end and data[q] == 0x10:  # the step's varint, up to 4 bytes (steps below 2**28)
+            for k in range(4):
+                if q + 1 + k >= end:
+                    return False
+                byte = data[q + 1 + k]
+                step |= (byte & 0x7F) << (7 * k)
+                if byte < 0x80:
+                    break
+            else:
+                return False
+            q += 2 + k
+        if q >= end or data[q] != 0x2A:  # not a summary (file_version, graph, ...): not a metric
+            continue
+        name = data[q + 5] if q + 5 < end else 0x80
+        if not (name < 0x80 and q + 6 + name + 5 == end and data[q + 1] == name + 9 and data[q + 2] == 0x0A
+                and data[q + 3] == name + 7 and data[q + 4] == 0x0A and data[q + 6 + name] == 0x15):
+            return False
+        found.append((data[q + 6:q + 6 + name], float(step), _VALUE.unpack_from(data, end - 4)[0]))
+    for tag, step_f, value in found:  # the last write of a step wins, as in `_fast`
+        raw.setdefault(tag.decode("utf-8", "replace"), {})[step_f] = value
+    return True
+
+
 def _fast(data: bytes, raw: dict[str, dict[float, float]]) -> bool:
     """Every record a one-scalar event as `SummaryWriter.add_scalar` writes it (fields in number
     order: wall_time 1, step 2 (a varint, absent when 0), summary 5 with one value: tag 1,
     simple_value 2), decoded with array operations; False (nothing added) when any summary
     record has another shape: the caller then parses the file event by event."""
+    if len(data) < SMALL_FILE:
+        return _fast_small(data, raw)
     import numpy as np
 
     global _MIX
@@ -189,11 +231,7 @@ def _fast(data: bytes, raw: dict[str, dict[float, float]]) -> bool:
 
 
 def read_files(paths: list[Path]) -> Series:
-    from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto.event_pb2 import Event
-
     raw: dict[str, dict[float, float]] = {}
-    parse = Event.FromString
     for path in sorted(paths, key=lambda p: p.name):  # file names start with the creation time
         try:
             data = path.read_bytes()
@@ -201,6 +239,10 @@ def read_files(paths: list[Path]) -> Series:
             continue
         if _fast(data, raw):
             continue
+        from google.protobuf.message import DecodeError  # another shape of event: protobuf parses it
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        parse = Event.FromString
         for payload in records(data):
             try:
                 event = parse(payload)

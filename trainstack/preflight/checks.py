@@ -123,23 +123,23 @@ def _dedupe(errors: list[ConfigError]) -> list[ConfigError]:
 
 def run_dir_problems(run: ResolvedRun) -> list[ConfigError]:
     """Corrupt files in an existing run directory (read by the lifecycle before it starts anything)."""
-    from trainstack.run.rundir import check
-
     d = Path(run.run_dir)
     if d.exists() and not d.is_dir():
         return [ConfigError("run_id", f"{d} exists and is not a directory, so it cannot be the run directory",
                             "move it aside or choose another run_id / paths.runs_root", value=run.run_id)]
     if not d.is_dir():
         return []
+    from trainstack.run.rundir import check  # a run dir to read: a new run's dry run imports none of it
+
     return check.problems(d)  # a broken checkpoint tracker is the resume plan's to report
 
 
 def _plan(run: ResolvedRun, dry: bool) -> str:
+    if not Path(run.run_dir).is_dir():
+        return "fresh start (no run directory yet)"
     from trainstack.run.resume import plan
     from trainstack.run.rundir import RunDir
 
-    if not Path(run.run_dir).is_dir():
-        return "fresh start (no run directory yet)"
     return plan(run, RunDir(run.run_dir), dry=dry).describe()
 
 

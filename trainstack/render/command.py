@@ -131,8 +131,9 @@ def flag_spans(tokens: list[str]) -> list[tuple[str, list[str]]]:
 def render_args(args: dict[str, Any]) -> dict[str, list[str]]:
     table = at.load_table()
     groups: dict[str, list[str]] = {g: [] for g in at.GROUPS}
-    for dest, spec in table.specs.items():  # table order: deterministic, independent of YAML order
+    for dest in table.dests():  # table order: deterministic, independent of YAML order
         if dest in args:
+            spec = table[dest]
             groups[spec.group] += render_dest(spec, args[dest])
     return groups
 

@@ -273,9 +273,9 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     if rp.action == RESUME:
         rundir.event("resume", from_rollout=rp.from_rollout, checkpoint=rp.checkpoint.latest_complete,
                      allowed_changes={k: list(v) for k, v in (rp.changes or {}).items()}, lease_epoch=lease.record.epoch,
-                     argv=argv)
+                     argv=argv, refresh=False)  # the status update below makes the summary
     else:
-        rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv,
+        rundir.event("launch", lease_epoch=lease.record.epoch, argv=argv, refresh=False,
                      **({FRESH_START: True} if spec.resume.mode == "fresh" else {}))
     print(f"trainstack: {spec.run_id}: {rp.describe()}; run dir {spec.run_dir}", file=sys.stderr, flush=True)
     rundir.update_status(run_id=spec.run_id, state="running", num_rollout=rp.num_rollout, host=lease.record.host,

@@ -264,9 +264,9 @@ def checkout_state() -> tuple[str | None, bool | None]:
     per point. The code a process runs cannot change under it, so the first answer holds; a
     dirty flag taken at the start of a sweep is the state its points were made from."""
     package = Path(__file__).resolve().parents[1]
-    top = _git(package, "rev-parse", "--show-toplevel")
-    in_checkout = top is not None and Path(top).resolve() == package.parent
-    sha = _git(package, "rev-parse", "HEAD") if in_checkout else None
+    found = (_git(package, "rev-parse", "--show-toplevel", "HEAD") or "").splitlines()  # one git for both
+    in_checkout = len(found) == 2 and Path(found[0]).resolve() == package.parent
+    sha = found[1] if in_checkout else None
     dirty = None if sha is None else bool(_git(package, "status", "--porcelain", "--untracked-files=no"))
     return sha, dirty
 

@@ -38,7 +38,7 @@ import threading
 import time
 
 from trainstack.fencing.fence import EXIT_FENCED, Fence
-from trainstack.procgroup import die_with_parent, signal_members, stop_members
+from trainstack.procgroup import die_with_parent, signal_members, stop_members, wait_exit
 
 POLL_S = 0.25
 HEARTBEAT_S = 5.0  # the trainer's heartbeat (liveness.py judges it stale after max(lease TTL, 3 beats))
@@ -215,7 +215,7 @@ class Guard:
                     self.request_stop(why, hard=False)
             if self.deadline is not None and time.monotonic() > self.deadline:
                 signal_group(signal.SIGKILL, self.keep)
-            time.sleep(POLL_S)
+            wait_exit(self.proc, POLL_S)  # returns when the trainer exits: its end is not held up a period
 
     def finish(self, remove: list[str] | None = None) -> int:
         code = self.proc.wait()

@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 TABLE_PATH = DATA_DIR / "slime_args.json"
@@ -155,6 +155,58 @@ def _switch_flags(actions: list[dict]) -> tuple[str | None, str | None]:
     return true_flag, false_flag
 
 
+class _Specs(Mapping[str, ArgSpec]):
+    """dest -> ArgSpec in table order, each spec built the first time it is asked for: a dry run
+    reads ~70 of the table's ~1,400 dests, and building all of them up front was a third of the
+    table's load time."""
+
+    def __init__(self, by_dest: dict[str, list[dict]]):
+        self._actions = by_dest
+        self._built: dict[str, ArgSpec] = {}
+
+    def __getitem__(self, dest: str) -> ArgSpec:
+        spec = self._built.get(dest)
+        if spec is None:
+            spec = self._built[dest] = _spec(dest, self._actions[dest])  # KeyError: not a dest
+        return spec
+
+    def __contains__(self, dest: object) -> bool:
+        return dest in self._actions
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._actions)
+
+    def __len__(self) -> int:
+        return len(self._actions)
+
+
+def _spec(dest: str, actions: list[dict]) -> ArgSpec:
+    """The one action trainstack emits for a dest with these recorded actions."""
+    chosen = _pick_action(actions)
+    kind = _ACTION_KIND.get(chosen["action"])
+    if kind is None:  # only deprecated no-op actions: keep them parseable, never emitted
+        kind = STORE_TRUE if chosen.get("nargs") == 0 else STORE
+    true_flag, false_flag = _switch_flags(actions)
+    opts = tuple(chosen["option_strings"])
+    flag = next((o for o in opts if o.startswith("--") and not o.startswith("--no-")), opts[0])
+    choices = chosen.get("choices")
+    return ArgSpec(
+        dest=dest,
+        flag=flag,
+        option_strings=opts,
+        kind=kind,
+        value_kind=_value_kind(chosen.get("type"), kind),
+        nargs=None if chosen.get("nargs") in (None, 0) else str(chosen["nargs"]),
+        choices=tuple(choices) if choices else None,
+        default=chosen.get("default"),
+        source=chosen["source"],
+        group=GROUP_OF_SOURCE.get(chosen["source"], "slime"),
+        deprecated=chosen["action"] in _DEPRECATED_ACTIONS,
+        true_flag=true_flag,
+        false_flag=false_flag,
+    )
+
+
 class ArgTable:
     """Lookup by dest, plus the flag -> dest map the tiny trainer and argv parsing need."""
 
@@ -164,43 +216,28 @@ class ArgTable:
         by_dest: dict[str, list[dict]] = {}
         for a in raw["arguments"]:
             by_dest.setdefault(a["dest"], []).append(a)
-        self.specs: dict[str, ArgSpec] = {}
-        self.flag_to_dest: dict[str, str] = {}
-        # Another option string's name for a dest, written as a key (`sglang_cuda_graph_bs` for
-        # `--sglang-cuda-graph-bs`, sglang's alias of sglang_cuda_graph_bs_decode). Only options that
-        # store the value as given: a store_false or `--no-x` name means the opposite of its dest.
-        self.aliases: dict[str, str] = {}
-        for dest, actions in by_dest.items():
+        self._by_dest = by_dest
+        self.specs: Mapping[str, ArgSpec] = _Specs(by_dest)
+
+    @cached_property
+    def flag_to_dest(self) -> dict[str, str]:
+        """Every option string of every action -> its dest."""
+        return {opt: dest for dest, actions in self._by_dest.items() for a in actions for opt in a["option_strings"]}
+
+    @cached_property
+    def aliases(self) -> dict[str, str]:
+        """Another option string's name for a dest, written as a key (`sglang_cuda_graph_bs` for
+        `--sglang-cuda-graph-bs`, sglang's alias of sglang_cuda_graph_bs_decode). Only options that
+        store the value as given: a store_false or `--no-x` name means the opposite of its dest."""
+        out: dict[str, str] = {}
+        for dest, actions in self._by_dest.items():
             for a in actions:
                 for opt in a["option_strings"]:
-                    self.flag_to_dest[opt] = dest
                     name = opt.lstrip("-").replace("-", "_")
-                    if (opt.startswith("--") and name != dest and name not in by_dest and not opt.startswith("--no-")
+                    if (opt.startswith("--") and name != dest and name not in self._by_dest and not opt.startswith("--no-")
                             and _ACTION_KIND.get(a["action"]) in (STORE, STORE_TRUE, APPEND)):
-                        self.aliases[name] = dest
-            chosen = _pick_action(actions)
-            kind = _ACTION_KIND.get(chosen["action"])
-            if kind is None:  # only deprecated no-op actions: keep them parseable, never emitted
-                kind = STORE_TRUE if chosen.get("nargs") == 0 else STORE
-            true_flag, false_flag = _switch_flags(actions)
-            opts = tuple(chosen["option_strings"])
-            flag = next((o for o in opts if o.startswith("--") and not o.startswith("--no-")), opts[0])
-            choices = chosen.get("choices")
-            self.specs[dest] = ArgSpec(
-                dest=dest,
-                flag=flag,
-                option_strings=opts,
-                kind=kind,
-                value_kind=_value_kind(chosen.get("type"), kind),
-                nargs=None if chosen.get("nargs") in (None, 0) else str(chosen["nargs"]),
-                choices=tuple(choices) if choices else None,
-                default=chosen.get("default"),
-                source=chosen["source"],
-                group=GROUP_OF_SOURCE.get(chosen["source"], "slime"),
-                deprecated=chosen["action"] in _DEPRECATED_ACTIONS,
-                true_flag=true_flag,
-                false_flag=false_flag,
-            )
+                        out[name] = dest
+        return out
 
     @property
     def slime_commit(self) -> str:

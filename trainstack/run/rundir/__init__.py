@@ -110,12 +110,15 @@ class RunDir:
                      "redacted).\n" + cmd.shell_line() + "\n")
         os.chmod(self.path / layout.COMMAND_SH, 0o755)
 
-    def event(self, event: str, **fields: Any) -> None:
+    def event(self, event: str, *, refresh: bool = True, **fields: Any) -> None:
+        """One line in events.jsonl, then summary.json made anew (`refresh=False`: the caller's next write,
+        a status update, makes it)."""
         self.path.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"time": now_iso(), "event": event, "host": socket.gethostname(), "pid": os.getpid(),
                            **fields}, default=str)
         append_line(self.events_file, scrub(line))
-        self.refresh_summary()
+        if refresh:
+            self.refresh_summary()
 
     def events(self) -> list[dict]:
         """events.jsonl's records (a line cut by a kill, or anything not a JSON object, is skipped)."""
