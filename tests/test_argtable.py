@@ -1,4 +1,6 @@
 """The packaged copy of slime's argument table and how trainstack reads it."""
+import pytest
+
 from trainstack.upstream import argtable as at
 
 
@@ -72,3 +74,27 @@ def test_every_slime_derived_data_file_is_from_the_tables_commit():
     for name in ("slime_help.json", "slime_models.json", "run_identity.json"):
         meta = json.loads((DATA_DIR / name).read_text(encoding="utf-8"))["meta"]
         assert meta["slime_commit"] == commit, name
+
+
+@pytest.mark.parametrize("version", ["pin", "v0.3.0", "v0.3.1"])
+def test_a_spec_is_built_when_read_and_says_what_the_whole_table_says(version):
+    """Specs are built on first read (a dry run reads ~140 of ~1,400): every one, once built, agrees with the
+    table's flag map, its aliases and its defaults (which the tiny trainer reads without building specs)."""
+    import json
+
+    from trainstack.upstream import versions
+
+    raw = json.loads(at.TABLE_PATH.read_text()) if version == "pin" else versions.read_table(
+        str(at.DATA_DIR / "slime_tables" / f"{version}.json"))
+    table = at.ArgTable(raw)
+    assert table.specs._built == {}  # type: ignore[attr-defined]
+    assert list(table.specs) == list(dict.fromkeys(a["dest"] for a in raw["arguments"]))
+    defaults = {d: (v, k) for d, v, k in table.defaults()}
+    for dest in table.specs:
+        spec = table.specs[dest]
+        assert table.specs[dest] is spec  # built once
+        assert spec.dest == dest and table.flag_to_dest[spec.flag] == dest
+        assert all(table.flag_to_dest[o] == dest for o in spec.option_strings)
+        assert defaults[dest] == (spec.default, spec.value_kind)
+    assert all(table.canonical(alias) == dest for alias, dest in table.aliases.items())
+    assert "no_such_dest" not in table.specs and table.get("no_such_dest") is None

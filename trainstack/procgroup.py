@@ -12,7 +12,6 @@ minus ourselves, for the guard). Stdlib only: the guard and the worker import it
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -44,6 +43,8 @@ def die_with_parent() -> None:
 def with_parent_death(argv: list[str]) -> list[str]:
     """`setpriv --pdeathsig KILL -- argv`: die_with_parent without a preexec_fn (which can deadlock a
     threaded parent between fork and exec); argv unchanged where setpriv is missing."""
+    import shutil  # here: the guard imports this module before it starts the trainer
+
     return ["setpriv", "--pdeathsig", "KILL", "--", *argv] if shutil.which("setpriv") else list(argv)
 
 

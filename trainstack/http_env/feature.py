@@ -28,7 +28,14 @@ def _rules(ctx: Any) -> list:
     return http_env_settings(ctx)
 
 
+def _has_block(config: Mapping[str, Any]) -> bool:
+    """The run's env preset has a `meta.http_env` block (sidecar.block_of's test, before importing it)."""
+    return ((config.get("env") or {}).get("meta") or {}).get(CONFIG_KEY) is not None
+
+
 def _wrap_runner(spec: Any, start: Callable) -> Callable:
+    if not _has_block(spec.config):
+        return start  # no env server to run: a launch imports nothing of this feature
     from trainstack.http_env.sidecar import with_sidecars
 
     return with_sidecars(spec, start)
@@ -43,6 +50,8 @@ def _dry_run_notes(run: Any) -> list[str]:
 
 
 def _launch_files(config: Mapping[str, Any], args: Mapping[str, Any]) -> Mapping[str, str]:
+    if not _has_block(config):
+        return {}
     from trainstack.http_env.sidecar import launch_files
 
     return launch_files(dict(config), dict(args))

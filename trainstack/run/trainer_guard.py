@@ -28,9 +28,7 @@ guard stopped it for the lease, or it failed while its lease belonged to another
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -106,6 +104,8 @@ class Guard:
         self.echo = True
         env = dict(os.environ)
         if secrets_file:
+            import json
+
             with open(secrets_file, encoding="utf-8") as f:  # missing: fail before the trainer starts
                 env.update({str(k): str(v) for k, v in json.load(f).items()})
             try:  # read once, by its one reader: it never outlives the start, whoever dies later
@@ -187,6 +187,8 @@ class Guard:
         self.next_beat = time.monotonic() + float(os.environ.get("TRAINSTACK_TRAINER_HEARTBEAT_S") or HEARTBEAT_S)
         if _stopped(self.proc.pid):
             return
+        import json
+
         from trainstack.run.rundir import atomic_write
         from trainstack.storage.layout import TRAINER_HEARTBEAT
 
@@ -222,6 +224,8 @@ class Guard:
         stop_members(os.getpgrp(), self.keep, 2.0)  # orphans of the trainer: reward servers, plugin children
         self.pump.join(timeout=5)
         for path in remove or ():  # what its starter made for it (a Ray head's temp dir): gone with it
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         if self.fenced or (self.fence is not None and (self.stop_reason or code != 0) and self.fence.superseded()):
             result = EXIT_FENCED  # a trainer that failed because it was fenced (its save raised Fenced) too

@@ -189,13 +189,12 @@ def _defaults() -> tuple[dict[str, Any], tuple[str, ...]]:
     """slime's defaults by dest (JSON-valued ones decoded), and the dests whose default is a list or
     dict (callers copy those)."""
     out: dict[str, Any] = {}
-    for dest, spec in load_table().specs.items():
-        default = spec.default
+    for dest, default, value_kind in load_table().defaults():
         if default == "==SUPPRESS==":
             continue
         if isinstance(default, (list, dict)):
             default = json.loads(json.dumps(default))
-        if spec.value_kind == "json" and isinstance(default, str):
+        if value_kind == "json" and isinstance(default, str):
             try:
                 default = json.loads(default)
             except json.JSONDecodeError:

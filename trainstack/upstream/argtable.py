@@ -180,12 +180,17 @@ class _Specs(Mapping[str, ArgSpec]):
         return len(self._actions)
 
 
-def _spec(dest: str, actions: list[dict]) -> ArgSpec:
-    """The one action trainstack emits for a dest with these recorded actions."""
-    chosen = _pick_action(actions)
+def _kind_of(chosen: dict) -> str:
     kind = _ACTION_KIND.get(chosen["action"])
     if kind is None:  # only deprecated no-op actions: keep them parseable, never emitted
         kind = STORE_TRUE if chosen.get("nargs") == 0 else STORE
+    return kind
+
+
+def _spec(dest: str, actions: list[dict]) -> ArgSpec:
+    """The one action trainstack emits for a dest with these recorded actions."""
+    chosen = _pick_action(actions)
+    kind = _kind_of(chosen)
     true_flag, false_flag = _switch_flags(actions)
     opts = tuple(chosen["option_strings"])
     flag = next((o for o in opts if o.startswith("--") and not o.startswith("--no-")), opts[0])
@@ -238,6 +243,13 @@ class ArgTable:
                             and _ACTION_KIND.get(a["action"]) in (STORE, STORE_TRUE, APPEND)):
                         out[name] = dest
         return out
+
+    def defaults(self) -> Iterator[tuple[str, Any, str]]:
+        """(dest, default, value kind) of every dest in table order, as its spec has them, without building
+        the specs (the tiny trainer's namespace starts from all ~1,400 of them)."""
+        for dest, actions in self._by_dest.items():
+            chosen = _pick_action(actions)
+            yield dest, chosen.get("default"), _value_kind(chosen.get("type"), _kind_of(chosen))
 
     @property
     def slime_commit(self) -> str:
