@@ -280,13 +280,14 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
     print(f"trainstack: {spec.run_id}: {rp.describe()}; run dir {spec.run_dir}", file=sys.stderr, flush=True)
     rundir.update_status(run_id=spec.run_id, state="running", num_rollout=rp.num_rollout, host=lease.record.host,
                          pid=os.getpid(), last_checkpoint=rp.checkpoint.latest_complete, lease_epoch=lease.record.epoch,
-                         exit_code=None)
+                         exit_code=None, refresh=False)
     try:
         trainer = start(trainer_env(spec, rundir, lease), rundir)
     except BaseException as ex:  # nothing started: say so in the run dir, then report
         rundir.event("start_failed", error=f"{type(ex).__name__}: {ex}")
         rundir.update_status(state="failed", exit_code=None, error=f"the trainer could not be started: {ex}")
         raise
+    rundir.refresh_summary()  # while the trainer starts (status.json above already says running)
     companions = [c for c in (started(hooks.RunContext(spec, rundir, lease, rp))  # e.g. Hub sync beside the trainer
                               for started in hooks.get(hooks.TRAINER_STARTED)) if c is not None]
     code: int | None = None

@@ -271,8 +271,24 @@ def checkout_state() -> tuple[str | None, bool | None]:
     return sha, dirty
 
 
+_ASKED: list[Any] = []  # the thread of `ask_git_early`, joined before the answer is read
+
+
+def ask_git_early() -> None:
+    """Start `checkout_state`'s git calls in a thread (once per process): a launch composes and checks its
+    run meanwhile, so the ~10 ms of git are off its path."""
+    if not _ASKED:
+        import threading
+
+        thread = threading.Thread(target=checkout_state, name="trainstack-git", daemon=True)
+        _ASKED.append(thread)
+        thread.start()
+
+
 def make_provenance(slime_commit: str, cwd: str) -> Provenance:
     """The checkout trainstack runs from (a pip-installed trainstack has no git: None)."""
+    for thread in _ASKED:
+        thread.join()
     sha, dirty = checkout_state()
     return Provenance(trainstack_version=_version(), git_sha=sha, git_dirty=dirty, slime_commit=slime_commit,
                       host=socket.gethostname(),

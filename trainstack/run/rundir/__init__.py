@@ -140,13 +140,16 @@ class RunDir:
         data = read_json(self.status_file, {})
         return data if isinstance(data, dict) else {}
 
-    def update_status(self, **fields: Any) -> dict[str, Any]:
+    def update_status(self, *, refresh: bool = True, **fields: Any) -> dict[str, Any]:
         """Merge `fields` into status.json; read and write happen under one lock, so concurrent
-        updates (the lifecycle and the Hub sync thread, two processes) never drop each other's keys."""
+        updates (the lifecycle and the Hub sync thread, two processes) never drop each other's keys.
+        `refresh=False`: the caller makes summary.json itself (right after; a reader meanwhile sees it
+        stale by its stamps and makes its own)."""
         with locked(self.path / layout.STATUS_LOCK):
             status = {**self.status(), **fields, "updated_at": now_iso()}
             atomic_write(self.status_file, json.dumps(status, indent=1, sort_keys=True, default=str) + "\n")
-        self.refresh_summary()
+        if refresh:
+            self.refresh_summary()
         return status
 
     def refresh_summary(self) -> None:
