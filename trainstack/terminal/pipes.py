@@ -61,8 +61,8 @@ def exit_now(code: Any = 0) -> NoReturn:
     the interpreter's teardown, which frees every module and object one by one (a launch spent ~40 ms
     there after its trainer had ended; a dry run as long). Only for a script's top level (run.py,
     `trainstack`, `python -m trainstack`), never a library call. `code` as `sys.exit` takes it; anything
-    but an int or None, or another non-daemon thread still running, gets the normal exit (which prints
-    the message, or waits for the thread)."""
+    but an int or None, another non-daemon thread still running, or a profiler, tracer or debugger
+    (which write their results after the script) gets the normal exit."""
     import atexit
     import threading
 
@@ -70,8 +70,9 @@ def exit_now(code: Any = 0) -> NoReturn:
         code = 0
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    if not isinstance(code, int) or isinstance(code, bool) or others or run_exitfuncs is None:
-        sys.exit(code)
+    watched = sys.getprofile() is not None or sys.gettrace() is not None  # cProfile, coverage, a debugger: they
+    if not isinstance(code, int) or isinstance(code, bool) or others or run_exitfuncs is None or watched:
+        sys.exit(code)  # write their results after the script returns
     flush()
     run_exitfuncs()  # logging's shutdown, Ray's disconnect, multiprocessing's joins: as a normal exit runs them
     flush()
