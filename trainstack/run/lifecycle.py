@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from trainstack import hooks
 from trainstack.errors import RuntimeFailure
@@ -343,8 +343,9 @@ def _run_with_lease(spec: RunSpec, rundir: RunDir, lease: Lease, rp: ResumePlan,
                     from trainstack.run.failure_cause import failure_reason
 
                     reason = failure_reason(spec, rundir.trainer_log)
+                extra: dict[str, Any] = {"error": reason} if reason else {}
                 rundir.update_status(state=final, last_checkpoint=state.latest_complete, last_metrics=latest,
-                                     exit_code=code, **({"error": reason} if reason else {}))
+                                     exit_code=code, **extra)
         except OSError as ex:
             if not storage.hits(ex, spec.run_dir):
                 raise
