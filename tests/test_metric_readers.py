@@ -214,3 +214,19 @@ def test_git_provenance_is_asked_once_per_process():
     b = runspec.make_provenance("x", "/")
     assert (a.git_sha, a.git_dirty) == (b.git_sha, b.git_dirty)
     assert runspec.checkout_state.cache_info().misses == 1
+
+
+def test_a_short_runs_metrics_are_read_without_numpy_or_protobuf(tmp_path):
+    """A run's end sums its metrics up (metrics_digest.json): a small file is decoded in plain Python, so the
+    launcher does not import numpy and protobuf (~70 ms) after its trainer has ended."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    path = write_events(tmp_path / "tb", EVENTS)
+    code = ("import sys; from pathlib import Path; from trainstack.metrics import tensorboard as tb; "
+            f"got = tb.read_files([Path({str(path)!r})]); "
+            "assert got and 'numpy' not in sys.modules and 'google.protobuf' not in sys.modules, sorted(sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -92,6 +92,17 @@ from trainstack.terminal.pipes import run_script
 mode, out = sys.argv[1], sys.argv[2]
 atexit.register(lambda: open(out + ".atexit", "w").write("ran"))
 
+
+class Teardown:  # freed by the interpreter's teardown only: the fast exit leaves without it
+    def __init__(self, path):
+        self.path, self.write = path, open
+
+    def __del__(self):
+        self.write(self.path, "w").write("ran")
+
+
+kept = Teardown(out + ".teardown")
+
 def main():
     print("buffered, no newline", end="")  # still in the buffer when the process leaves
     if mode == "thread":  # a non-daemon thread still working: the normal exit waits for it
@@ -123,6 +134,7 @@ def test_a_finished_command_leaves_at_once_with_its_code_its_output_and_its_exit
     assert res.returncode == rc, res.stderr
     assert res.stdout == "buffered, no newline"
     assert open(out + ".atexit").read() == "ran"
+    assert os.path.exists(out + ".teardown") == (mode in ("thread", "message", "raise"))  # the normal exit's cases
     if mode == "thread":
         assert open(out + ".thread").read() == "done"
     if mode == "message":

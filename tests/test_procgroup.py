@@ -131,3 +131,16 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
         assert not pid_alive(grandchild), how
         kill_group(middle)
     assert with_parent_death(["x"])[-1] == "x"
+
+
+def test_wait_exit_returns_when_the_child_exits_not_at_the_end_of_its_period() -> None:
+    """The guard and the launcher wait on their child with a period (they check the lease between): the
+    child's end wakes them at once (`wait_exit`), where a sleep of the period held every run's end up."""
+    from trainstack.procgroup import wait_exit
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    assert not wait_exit(proc, 0.01)  # still running: False after the (short) period
+    t0 = time.monotonic()
+    assert wait_exit(proc, 30.0)  # a 30 s period: back when the child ends, ~0.2 s
+    assert time.monotonic() - t0 < 10 and proc.returncode == 0
+    assert wait_exit(proc, 30.0)  # ended: at once, again

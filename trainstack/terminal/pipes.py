@@ -68,11 +68,11 @@ def exit_now(code: Any = 0) -> NoReturn:
 
     if code is None:
         code = 0
-    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    watched = sys.getprofile() is not None or sys.gettrace() is not None  # cProfile, coverage, a debugger: they
+    watched = sys.getprofile() is not None or sys.gettrace() is not None  # cProfile, coverage, a debugger
     if not isinstance(code, int) or isinstance(code, bool) or others or run_exitfuncs is None or watched:
-        sys.exit(code)  # write their results after the script returns
+        sys.exit(code)
     flush()
     run_exitfuncs()  # logging's shutdown, Ray's disconnect, multiprocessing's joins: as a normal exit runs them
     flush()

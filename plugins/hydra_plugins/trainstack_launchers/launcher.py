@@ -173,7 +173,6 @@ class TrainstackLauncher(Launcher):
                 points.append(_Point(num, shown, list(overrides), spec.run_id, spec.run_dir,
                                      Path(str(task_cfg.hydra.sweep.dir)) / str(task_cfg.hydra.sweep.subdir),
                                      str(task_cfg.hydra.job.name), task_cfg.hydra.output_subdir is not None))
-                del task_cfg
                 if dry:  # its line only, as text
                     from trainstack.reports.display import sweep_line
 
@@ -285,38 +284,36 @@ class _Point(NamedTuple):
     output_subdir: bool
 
 
+def _made_on_read(name: str) -> Any:
+    """A JobReturn field that `_PointReturn` makes when it is first read (and that can still be set)."""
+
+    def get(self: "_PointReturn") -> Any:
+        self._make()
+        return self.__dict__.get(name)
+
+    def put(self: "_PointReturn", value: Any) -> None:
+        self.__dict__[name] = value
+
+    return property(get, put)
+
+
 class _PointReturn(JobReturn):
     """A point's JobReturn whose `cfg` and `hydra_cfg` are made when first read, from the point composed again
     (the sweep cache: a few ms): holding every point's config until the sweep ended grew a sweep's memory by
     ~0.4 MiB a point, and copying them out cost ~10 ms a point that nothing of trainstack reads."""
 
+    cfg = _made_on_read("_cfg")  # type: ignore[assignment]
+    hydra_cfg = _made_on_read("_hydra_cfg")  # type: ignore[assignment]
+
     def __init__(self, compose: Any, **fields: Any):
         super().__init__(**fields)
         self._compose = compose
 
-    def _made(self) -> None:
+    def _make(self) -> None:
         if self.__dict__.get("_cfg") is None and getattr(self, "_compose", None) is not None:
             task_cfg, self._compose = self._compose(), None
             self._hydra_cfg = OmegaConf.masked_copy(task_cfg, "hydra")
             self._cfg = OmegaConf.masked_copy(task_cfg, [k for k in task_cfg if k != "hydra"])
-
-    @property  # type: ignore[override]
-    def cfg(self) -> Any:
-        self._made()
-        return self.__dict__.get("_cfg")
-
-    @cfg.setter
-    def cfg(self, value: Any) -> None:
-        self._cfg = value
-
-    @property  # type: ignore[override]
-    def hydra_cfg(self) -> Any:
-        self._made()
-        return self.__dict__.get("_hydra_cfg")
-
-    @hydra_cfg.setter
-    def hydra_cfg(self, value: Any) -> None:
-        self._hydra_cfg = value
 
 
 def _say(text: str) -> None:
