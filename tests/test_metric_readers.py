@@ -5,11 +5,15 @@ file's end; a sweep point's plain tree equals OmegaConf's conversion minus the h
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from conftest import ROOT
 
 from trainstack.metrics import finish, jsonl
 from trainstack.metrics import tensorboard as tb
@@ -219,11 +223,6 @@ def test_git_provenance_is_asked_once_per_process():
 def test_a_short_runs_metrics_are_read_without_numpy_or_protobuf(tmp_path):
     """A run's end sums its metrics up (metrics_digest.json): a small file is decoded in plain Python, so the
     launcher does not import numpy and protobuf (~70 ms) after its trainer has ended."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
     path = write_events(tmp_path / "tb", EVENTS)
     code = ("import sys; from pathlib import Path; from trainstack.metrics import tensorboard as tb; "
             f"got = tb.read_files([Path({str(path)!r})]); "
