@@ -58,14 +58,14 @@ def _main() -> Any:
     prepare_argv()
     register_prog()
     guard(str(CONF_DIR))  # what only composition finds (a bad interpolation in a file): our message, exit 2
-    register_launchers()
     app = hydra.main(config_path=str(CONF_DIR), config_name=PRIMARY_CONFIG, version_base="1.3")(run_app)
+    if run_single(run_app, str(CONF_DIR), PRIMARY_CONFIG, sys.argv[1:], version_base="1.3"):
+        return None  # one run, composed once or kept from before (trainstack/config/hydra_entry.py)
+    register_launchers()  # `hydra/launcher=<name>` (run_single registers them itself when it composes)
     if any(a.startswith("query=") for a in sys.argv[1:]) and {"-sc", "--shell-completion"} & set(sys.argv):
         from trainstack.cli.completion import complete
 
         return complete(app)  # Hydra completes groups, options and the keys in the config; slime dests too
-    if run_single(run_app, str(CONF_DIR), PRIMARY_CONFIG, sys.argv[1:], version_base="1.3"):
-        return None  # one run, composed once (trainstack/config/hydra_entry.py)
     gc.freeze()  # what start-up made stays; a sweep's points are collected
     gc.enable()
     return app()
