@@ -19,7 +19,9 @@ Figures: medians of wall and CPU (user + system of the process) seconds, their r
 of the per-round ratios. Targets (2-core machine): dry run <= 1.05x plain (CPU), plain app in
 trainstack's venv <= 1.02x plain venv, --help <= 1.2x --cfg job. Writes benchmarks/results/dry_run.json.
 `BENCH_TREE=DIR` times another checkout of trainstack with this venv (its run.py and plugins first
-on PYTHONPATH): how the "before" figures were taken. Short mode (--quick): 1 round, no warm-up.
+on PYTHONPATH): how the "before" figures were taken. A dry run after the first of its command line's
+structure takes its kept composition (trainstack/config/compose_cache.py); `BENCH_COLD=1` makes every
+one compose (what the first pays) and writes dry_run.cold.json. Short mode (--quick): 1 round, no warm-up.
 Nothing is left behind: the venv, the tree's copy and every run dir live in one temp dir.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ import benchlib  # noqa: E402  (benchmarks/ is on sys.path when the script runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE = Path(os.environ.get("BENCH_TREE") or ROOT).resolve()
+COLD = os.environ.get("BENCH_COLD") == "1"  # every dry run composes (no kept composition): dry_run.cold.json
 OVERRIDES = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100", "cluster.lium.pod.image=x/y:1"]
 PLAIN_APP = '''
 import hydra
@@ -89,6 +92,8 @@ def main() -> None:
     load_before = [round(x, 2) for x in os.getloadavg()]
     base_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     ours_env = {**base_env, "PYTHONPATH": f"{TREE}:{TREE / 'plugins'}" if TREE != ROOT else ""}
+    if COLD:
+        ours_env["TRAINSTACK_COMPOSE_CACHE"] = "0"
     run_py = [sys.executable, str(TREE / "run.py")]
     with tempfile.TemporaryDirectory(prefix="bench-dry-") as tmp_s:
         tmp = Path(tmp_s)
@@ -128,7 +133,7 @@ def main() -> None:
         "targets": {"dry_run_vs_plain": 1.05, "plain_app_in_trainstack_venv_vs_without_trainstack": 1.02,
                     "help_vs_cfg_job": 1.2},
     }
-    benchlib.write("dry_run.json", result)
+    benchlib.write("dry_run.cold.json" if COLD else "dry_run.json", result)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ summed RSS (sampled from /proc every 20 ms). The launcher's cost is the differen
 100-rollout run is that difference over the 100-rollout trainer's time (measured once in the same run).
 Targets (2-core machine): <= 0.5 s per run and <= 2% of a 100-rollout CPU run.
 Writes benchmarks/results/launcher_overhead.json. `BENCH_TREE=DIR` times another checkout.
+`BENCH_COLD=1`: every launch composes its config (no kept composition, trainstack/config/compose_cache.py:
+what the first launch of a command line's structure pays); writes launcher_overhead.cold.json.
 Short mode (--quick): 1-rollout runs, 1 pair, no warm-up, no 100-rollout run. Everything lives in one temp dir.
 """
 from __future__ import annotations
@@ -28,8 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TREE = Path(os.environ.get("BENCH_TREE") or ROOT).resolve()
 
 
+COLD = os.environ.get("BENCH_COLD") == "1"
+
+
 def env() -> dict[str, str]:
-    return benchlib.tree_env(TREE, WANDB_MODE="disabled")
+    extra = {"TRAINSTACK_COMPOSE_CACHE": "0"} if COLD else {}
+    return benchlib.tree_env(TREE, WANDB_MODE="disabled", **extra)
 
 
 def tree_rss_mib(pid: int) -> float:
@@ -120,6 +126,9 @@ def main() -> None:
             "cpu_s": round(med(a["cpu_s"] - b["cpu_s"] for a, b in zip(launches, alone)), 3),
             "peak_tree_rss_mib": round(med(a["peak_tree_rss_mib"] - b["peak_tree_rss_mib"]
                                            for a, b in zip(launches, alone)), 1)}
+        result["launcher_cost_quartiles"] = {  # the pairs' spread: the trainer's own time varies by ~0.1 s
+            k: [round(q, 3) for q in statistics.quantiles([a[f"{k}_s"] - b[f"{k}_s"] for a, b in zip(launches, alone)],
+                                                          n=4)[::2]] for k in ("wall", "cpu")} if len(launches) > 1 else {}
         if not quick:
             long = trainer_alone(rendered(100), tmp / "alone-100", tmp)
             result["trainer_alone_100_rollouts"] = {k: round(v, 3) for k, v in long.items()}
@@ -128,7 +137,7 @@ def main() -> None:
                 "cpu": round(result["launcher_cost"]["cpu_s"] / long["cpu_s"], 4)}
     result["load_average_before"] = load_before
     result["targets"] = {"launcher_cost_s": 0.5, "share_of_100_rollouts": 0.02}
-    benchlib.write("launcher_overhead.json", result)
+    benchlib.write("launcher_overhead.cold.json" if COLD else "launcher_overhead.json", result)
 
 
 if __name__ == "__main__":

@@ -118,9 +118,12 @@ def cache(tmp_path, monkeypatch):
     ["dry_run=false", "++args.seed=3"],
 ])
 def test_a_kept_base_gives_what_hydra_main_gives(argv, tmp_path, monkeypatch, cache):
+    from trainstack.config import compose_cache
+
     monkeypatch.chdir(tmp_path)
     register_launchers()
     first = through_run_single(argv, str(CONF_DIR))
+    compose_cache.wait_stored()  # written in a thread of its own
     assert sorted(p.suffix for p in cache.iterdir()) == [".base", ".groups"]
     theirs = through_hydra_main(argv, str(CONF_DIR))
     with monkeypatch.context() as m:
@@ -184,8 +187,12 @@ def _reference(conf: Path, overrides: list[str]) -> dict | None:
 
 
 def _ours(conf: Path, overrides: list[str]) -> dict | None:
+    from trainstack.config import compose_cache
+
     SEEN.clear()
-    return SEEN[-1] if run_single(task, str(conf), "config", overrides, version_base="1.3") else None
+    ran = run_single(task, str(conf), "config", overrides, version_base="1.3")
+    compose_cache.wait_stored()
+    return SEEN[-1] if ran else None
 
 
 CONFIG = "defaults:\n  - _self_\n  - db: mysql\ndry_run: true\na: 1\nb:\n  c: 2\n"

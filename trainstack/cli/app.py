@@ -37,11 +37,15 @@ def main() -> Any:
     from trainstack.secrets import scrubbed_output
     from trainstack.terminal.pipes import quietly
 
+    from trainstack.launch import standby
+
+    standby.start(sys.argv[1:])  # the trainer's guard starts on the other core while Hydra composes (launch/standby.py)
     gc.disable()  # start-up makes long-lived objects (modules, the tree): collecting over them was ~15% of a dry run
     try:
         with scrubbed_output():
             return quietly(_main)  # `python run.py --help | head`: the reader left; ends quietly (trainstack/terminal/pipes.py)
     finally:
+        standby.release()
         gc.enable()
 
 

@@ -20,7 +20,8 @@ source the composition read (`hydra.runtime.config_sources`); a lookup checks th
 What is never kept: a composition that warned (a hit would not warn again), one that copied environment
 variables into the config (`hydra.job.env_copy`: values, maybe secrets), a verbose one (Hydra's debug output), one with a source this module cannot stamp, and one whose stamped files changed within the
 last RACY_S seconds (a file rewritten within its mtime's granularity would look unchanged: git's racy
-rule). Nor are the values resolvers cached while composing (Hydra reads `${now:...}` then): a run
+rule; measured from the start of the composition, so a file changed while it was read is never kept
+as read). Nor are the values resolvers cached while composing (Hydra reads `${now:...}` then): a run
 resolves them anew. Entries are read only from a directory the user owns that no one else can write.
 
 `TRAINSTACK_COMPOSE_CACHE=0` keeps nothing; a path puts the entries there. Default:
@@ -37,7 +38,6 @@ import pickle
 import stat
 import sys
 import tempfile
-import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,6 +49,8 @@ FORMAT = 1
 KEEP = 128
 RACY_S = 2.0
 # what decides whether composing warns or raises instead (hydra/_internal/deprecation_warning.py, defaults_list.py)
+_STORING: list[Any] = []  # store_soon's threads not yet waited for
+_STORING_AT_EXIT: list[bool] = []  # wait_stored registered with atexit (once)
 ENV_KEYS = ("HYDRA_DEPRECATION_WARNINGS_AS_ERRORS", "SELF_WARNING_AS_ERROR", "PYTHONWARNINGS")
 
 
@@ -214,35 +216,54 @@ def _source_roots(cfg: Any) -> list[str] | None:
     return roots
 
 
-def store(groups_key: Key | None, groups: frozenset[str], base_key: Key | None, base: Any, warned: bool) -> None:
-    """Keep the groups and `base` (just composed for `base_key`, not yet changed by anyone) when they
-    may be kept. Best effort: nothing here fails a run."""
-    d = cache_dir()
-    if groups_key is None or base_key is None or d is None or warned:
-        return
+@dataclass(frozen=True)
+class Entry:
+    """A composition to keep: its base pickled as composed, and the directories of its sources."""
+
+    body: bytes
+    roots: tuple[str, ...]
+
+
+def snapshot(base: Any, warned: bool) -> Entry | None:
+    """`base` as composed (take it before anyone changes it), when it may be kept; None otherwise."""
+    if warned or cache_dir() is None:
+        return None
     try:
         from omegaconf import OmegaConf
 
         if base.hydra.verbose or base.hydra.job.env_copy:
-            return  # debug output; environment values
+            return None  # debug output; environment values
         roots = _source_roots(base)
         if roots is None:
-            return
-        digest, newest = stamp(roots)
-        if max(newest, base_key.newest_ns) > time.time_ns() - int(RACY_S * 1e9):
-            return  # a file changed just now could change again unseen: keep nothing
-        head = json.dumps({"format": FORMAT, "sources": roots, "stamp": digest}).encode() + b"\n"
+            return None
         resolved = OmegaConf.get_cache(base)  # `${now:...}` resolved while composing: a run resolves it anew
         OmegaConf.clear_cache(base)
         try:
-            body = pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL)
+            return Entry(pickle.dumps(base, protocol=pickle.HIGHEST_PROTOCOL), tuple(roots))
         finally:
             OmegaConf.set_cache(base, resolved)
-        entries = [(f"{groups_key.name}.groups", pickle.dumps(frozenset(groups))), (f"{base_key.name}.base", body)]
+    except Exception:  # noqa: BLE001 - a config pickle refuses: compose next time too
+        return None
+
+
+def store(groups_key: Key | None, groups: frozenset[str], base_key: Key | None, entry: Entry | None,
+          composed_from_ns: int) -> None:
+    """Keep the groups and the base of a composition that started at `composed_from_ns`, unless a file it
+    stamps changed since RACY_S before that (it may have been read either way). Best effort: nothing here
+    fails a run (a full or read-only disk keeps nothing)."""
+    d = cache_dir()
+    if groups_key is None or base_key is None or entry is None or d is None:
+        return
+    try:
+        digest, newest = stamp(list(entry.roots))
+        if max(newest, base_key.newest_ns) > composed_from_ns - int(RACY_S * 1e9):
+            return
+        head = json.dumps({"format": FORMAT, "sources": list(entry.roots), "stamp": digest}).encode() + b"\n"
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not _usable(d):
             return
-        for name, body in entries:
+        for name, body in ((f"{groups_key.name}.groups", pickle.dumps(frozenset(groups))),
+                           (f"{base_key.name}.base", entry.body)):
             fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.")
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -252,8 +273,28 @@ def store(groups_key: Key | None, groups: frozenset[str], base_key: Key | None, 
                 os.unlink(tmp)
                 raise
         _prune(d)
-    except Exception:  # noqa: BLE001 - a full or read-only disk, a config pickle refuses: compose next time too
+    except Exception:  # noqa: BLE001 - see above
         pass
+
+
+def store_soon(*args: Any) -> None:
+    """`store` in a thread of its own: stamping and writing overlap the run's checks (a few ms of a miss).
+    The process's exit waits for it (an atexit join, at most 2 s; pipes.exit_now runs atexit handlers)."""
+    import atexit
+    import threading
+
+    thread = threading.Thread(target=store, args=args, name="compose-cache-store", daemon=True)
+    if not _STORING_AT_EXIT:
+        atexit.register(wait_stored)
+        _STORING_AT_EXIT.append(True)
+    _STORING.append(thread)
+    thread.start()
+
+
+def wait_stored(timeout_s: float = 2.0) -> None:
+    """Until what `store_soon` started is written (or `timeout_s` passed)."""
+    while _STORING:
+        _STORING.pop().join(timeout_s)
 
 
 def _prune(d: Path) -> None:

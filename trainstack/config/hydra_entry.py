@@ -124,22 +124,27 @@ def _compose(calling_file: str | None, calling_module: str | None, conf_dir: str
             except Exception:  # noqa: BLE001 - a key the tree lacks, a wrong type: Hydra's message
                 return None
             return _LoaderOnDemand(make_hydra), base
+    import time
+
     from hydra.core.object_type import ObjectType
     from hydra.types import RunMode
 
     hydra = make_hydra()
+    started_ns = time.time_ns()
     with compose_cache.noting_warnings() as warned:
         try:
-            _, repo = hydra.config_loader._parse_overrides_and_create_caching_repo(
-                config_name, [str(o.input_line) for o in by_form])
-            groups = frozenset(repo.get_group_options("", results_filter=ObjectType.GROUP))
+            # the app's search path; a tree that extends it (`hydra.searchpath`) is composed whole, below
+            groups = frozenset(hydra.config_loader.repository.get_group_options("", results_filter=ObjectType.GROUP))
             base_lines, values = split(groups.__contains__)
             cfg = hydra.compose_config(config_name, [str(o.input_line) for o in base_lines], run_mode=RunMode.RUN,
                                        with_log_configuration=True)
+            if cfg.hydra.searchpath:
+                cfg = hydra.compose_config(config_name, overrides, run_mode=RunMode.RUN, with_log_configuration=True)
+                return hydra.config_loader, cfg  # as Hydra composes it, kept by no one
         except Exception:  # noqa: BLE001 - @hydra.main composes again and reports it its way
             return None
     base_key = groups_key.sub([str(o.input_line) for o in base_lines]) if groups_key else None
-    compose_cache.store(groups_key, groups, base_key, cfg, warned=bool(warned))
+    compose_cache.store_soon(groups_key, groups, base_key, compose_cache.snapshot(cfg, bool(warned)), started_ns)
     try:
         apply_values(cfg, parsed, values)
     except Exception:  # noqa: BLE001 - as above

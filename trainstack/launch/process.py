@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainstack.launch import standby
 from trainstack.procgroup import REAP_WAIT_S, kill_group, stop_group, wait_exit
 
 if TYPE_CHECKING:
@@ -44,14 +45,17 @@ def guarded(argv: list[str], grace_s: float, log: Path | None, secrets: Path | N
 
 
 class TrainerProcess:
-    """The guard (and the trainer under it) in a new session: signals go to the whole group."""
+    """The guard (and the trainer under it) in a new session: signals go to the whole group. The guard
+    started in standby while the launcher composed is taken when there is one (trainstack/launch/standby.py)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, grace_s: float):
         self.grace_s = grace_s
         self.signalled: int | None = None
         self._stopper: threading.Thread | None = None
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        guard = [sys.executable, "-m", standby.MODULE]
+        taken = standby.take(argv[len(guard):], env, cwd) if argv[:len(guard)] == guard else None
+        self.proc = taken or subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, start_new_session=True)
         self.pgid: int | None = self.proc.pid
         self._echo = True
         self._pump = threading.Thread(target=self._tee, daemon=True)

@@ -19,6 +19,8 @@ group and stays there, so it works even when the launcher is frozen (SIGSTOP, Ct
   never travel through argv or a job system's logged environment, and removed once read.
 - an orphan's end: when the guard stops the trainer itself (the lease lost or lapsing, the launcher
   gone), it records that in the run's events.jsonl: its launcher may never record anything.
+- `--standby`: started before it is needed (trainstack/launch/standby.py), it waits on stdin for its
+  arguments, environment and working directory, then is that guard.
 - `--remove DIR`: removed when the group is gone (a Ray head's temp dir: the guard also runs the
   Ray heads trainstack starts, so they die with their launcher, trainstack/launch/ray_start.py).
 
@@ -39,6 +41,7 @@ from trainstack.fencing.fence import EXIT_FENCED, Fence
 from trainstack.procgroup import die_with_parent, signal_members, stop_members, wait_exit
 
 POLL_S = 0.25
+STANDBY_IDLE_S = 30.0  # a standby guard not handed a start by then leaves (trainstack/launch/standby.py)
 HEARTBEAT_S = 5.0  # the trainer's heartbeat (liveness.py judges it stale after max(lease TTL, 3 beats))
 
 
@@ -250,8 +253,36 @@ class Guard:
             _say(f"could not record the trainer's end in the run dir ({ex})", self.log)
 
 
+def serve_standby() -> int:
+    """`--standby` (trainstack/launch/standby.py): started before the launcher needs a guard, wait on stdin
+    for the start (one JSON line: the guard's arguments, environment, working directory), then be that
+    guard. Exit 0 at EOF (the launcher left without a trainer for it) or after STANDBY_IDLE_S without one."""
+    import json
+    import select
+
+    ready, _, _ = select.select([0], [], [], float(os.environ.get("TRAINSTACK_GUARD_STANDBY_IDLE_S") or STANDBY_IDLE_S))
+    line = b""
+    while ready:
+        more = os.read(0, 1 << 20)
+        line += more
+        if not more or line.endswith(b"\n"):
+            break
+    if not line.endswith(b"\n"):
+        return 0
+    start = json.loads(line)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # nothing more comes on stdin: the trainer reads EOF there, as from a closed pipe
+    os.close(devnull)
+    os.chdir(start["cwd"])
+    os.environ.clear()
+    os.environ.update(start["env"])
+    return main(start["args"])
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--standby"]:
+        return serve_standby()
     if "--" not in argv:
         print("usage: python -m trainstack.run.trainer_guard [--log F] [--grace S] [--parent PID] [--secrets F] [--cwd D] [--remove D] "
               "-- TRAINER ARGV", file=sys.stderr)
