@@ -26,8 +26,8 @@ resolves them anew. Entries are read only from a directory the user owns that no
 
 `TRAINSTACK_COMPOSE_CACHE=0` keeps nothing; a path puts the entries there. Default:
 `$XDG_CACHE_HOME/trainstack/compose`. At most KEEP entries, the oldest removed first.
-May import: the stdlib and OmegaConf (Hydra and trainstack's package are read from sys.modules, where
-the caller has imported them).
+May import: the stdlib, OmegaConf and storage/ (Hydra and trainstack's package are read from sys.modules,
+where the caller has imported them).
 """
 from __future__ import annotations
 
@@ -78,13 +78,9 @@ class Key:
 
 
 def cache_dir() -> Path | None:
-    own = os.environ.get(CACHE_ENV)
-    if own == "0":
-        return None
-    if own:
-        return Path(own)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "trainstack", "compose")
+    from trainstack.storage.user_cache import cache_dir as user_cache_dir
+
+    return user_cache_dir(CACHE_ENV, "compose")
 
 
 def _walk(root: str, out: list[str]) -> int:

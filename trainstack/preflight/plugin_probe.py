@@ -170,13 +170,9 @@ def _ask(probe: Probe) -> Verdict:
 # kept verdicts (only passing ones), valid while the files they imported are unchanged
 # ------------------------------------------------------------------------------------------
 def cache_dir() -> Path | None:
-    own = os.environ.get(CACHE_ENV)
-    if own == "0":
-        return None
-    if own:
-        return Path(own)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "trainstack", "plugin-verdicts")
+    from trainstack.storage.user_cache import cache_dir as user_cache_dir
+
+    return user_cache_dir(CACHE_ENV, "plugin-verdicts")
 
 
 def _stamp(path: str) -> list[int] | None:

@@ -240,6 +240,7 @@ def _tokenizer_cache() -> str:
 
     from .hf_tokenizer import tokenizer_json
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    from trainstack.storage.user_cache import base
+
     digest = hashlib.sha256(tokenizer_json().encode()).hexdigest()[:12]
-    return os.path.join(base, "trainstack", f"tiny-tokenizer-{digest}")
+    return os.path.join(base(), "trainstack", f"tiny-tokenizer-{digest}")
