@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
@@ -274,3 +275,23 @@ def test_what_is_not_kept(tmp_path, monkeypatch, cache):
     with monkeypatch.context() as m:
         _no_compose(m)
         assert _ours(conf, ["a=7"])["cfg"]["a"] == 7
+
+
+def test_run_py_answers_the_same_from_a_kept_composition(tmp_path):
+    """The whole dry run (its rendered command, env and checks) from a kept composition is the one a fresh
+    composition gives: `run.py` three times, the second and third taking what the first kept."""
+    import json
+    import os
+
+    cache = tmp_path / "cache"
+    argv = ["experiment=qwen3-4B-grpo-dapo", "cluster=lium_8xh100", "cluster.lium.pod.image=x/y:1", "algo.lr=3e-6",
+            "dry_run=true"]
+    got = {}
+    for name, where in (("cold", "0"), ("first", str(cache)), ("kept", str(cache))):
+        res = run_py(*argv, f"output={tmp_path / name}.json", cwd=tmp_path,
+                     env={**os.environ, "TRAINSTACK_COMPOSE_CACHE": where})
+        assert res.returncode == 0, res.stderr[-2000:]
+        got[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        if name == "first":
+            assert sorted(p.suffix for p in cache.iterdir()) == [".base", ".groups"]
+    assert got["cold"] == got["first"] == got["kept"]
