@@ -4,8 +4,8 @@ Hydra composes the whole tree for every run: it scans every installed `hydra_plu
 then reads, merges and checks the files (~70 ms), a quarter of a launch's own cost. Most of a command
 line only sets values (`run_id=...`, `algo.lr=2e-6`), which Hydra applies after composing. So, as a sweep
 does (trainstack/config/sweep_cache.py), what is kept is the *base*: the tree composed with the
-structural overrides only (group choices, `hydra.*`, packages, deletions); a run applies its value
-overrides to it with Hydra's own code (`trainstack.config.hydra_entry`). Two entries:
+structural overrides only (group choices and their deletions, `hydra.*`, packages); a run applies the
+others to it with Hydra's own code, in their order (`trainstack.config.hydra_entry`). Two entries:
 - the *groups* entry, keyed by the world below and the overrides that are structural by their form:
   the config groups that exist (what tells `model=...` from `algo.lr=...`);
 - the *base* entry, keyed by that and the group choices: the composed base config.
@@ -18,7 +18,9 @@ portion: names, sizes, mtimes). Kept with each entry: the same stamps of every f
 source the composition read (`hydra.runtime.config_sources`); a lookup checks them.
 
 What is never kept: a composition that warned (a hit would not warn again), one that copied environment
-variables into the config (`hydra.job.env_copy`: values, maybe secrets), a verbose one (Hydra's debug output), one with a source this module cannot stamp, and one whose stamped files changed within the
+variables into the config (`hydra.job.env_copy`: values, maybe secrets), a verbose one (Hydra's debug
+output), one with a source this module cannot stamp, a tree that extends its search path
+(`hydra.searchpath`: hydra_entry composes it whole), and one whose stamped files changed within the
 last RACY_S seconds (a file rewritten within its mtime's granularity would look unchanged: git's racy
 rule; measured from the start of the composition, so a file changed while it was read is never kept
 as read). Nor are the values resolvers cached while composing (Hydra reads `${now:...}` then): a run
@@ -48,9 +50,9 @@ CACHE_ENV = "TRAINSTACK_COMPOSE_CACHE"
 FORMAT = 1
 KEEP = 128
 RACY_S = 2.0
-# what decides whether composing warns or raises instead (hydra/_internal/deprecation_warning.py, defaults_list.py)
 _STORING: list[Any] = []  # store_soon's threads not yet waited for
 _STORING_AT_EXIT: list[bool] = []  # wait_stored registered with atexit (once)
+# what decides whether composing warns or raises instead (hydra/_internal/deprecation_warning.py, defaults_list.py)
 ENV_KEYS = ("HYDRA_DEPRECATION_WARNINGS_AS_ERRORS", "SELF_WARNING_AS_ERROR", "PYTHONWARNINGS")
 
 

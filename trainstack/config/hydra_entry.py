@@ -8,10 +8,10 @@ there made all of them slower.
 `@hydra.main` composes the whole tree twice for one run: once to read `hydra.mode` (run or
 multirun; `Hydra.get_mode`) and once for the run. For a plain single run (only overrides on the
 command line, no `-m`, `--cfg`, `--help`, `--config-dir`, ...), `run_single` composes once, as
-`Hydra.run` does (the structural overrides composed, the value overrides applied after, as Hydra
-itself applies them; a base composed before over unchanged files and code is taken from disk:
-trainstack/config/compose_cache.py), and takes `hydra.mode` from that composition; when the tree asks for a multirun,
-or the composition fails (Hydra's own path reports the error), it returns False and the caller
+`Hydra.run` does (the structural overrides composed, the others applied after, as Hydra itself
+applies them; a base composed before over unchanged files and code is taken from disk:
+trainstack/config/compose_cache.py), and takes `hydra.mode` from that composition; when the tree asks
+for a multirun, or the composition fails (Hydra's own path reports the error), it returns False and the caller
 goes through `@hydra.main`. A dry run calls the task as a dry sweep point does (no `run_job`: a dry
 run writes nothing, so Hydra's output dir, job logging and its two deep copies of the config are
 skipped; Hydra's job callbacks are not called); any other run goes through Hydra's `run_job` with

@@ -41,7 +41,7 @@ def guarded(argv: list[str], grace_s: float, log: Path | None, secrets: Path | N
         opts += ["--log", str(log)]
     if secrets is not None:
         opts += ["--secrets", str(secrets)]
-    return [sys.executable, "-m", "trainstack.run.trainer_guard", *opts, "--", *argv]
+    return [*standby.guard_command(), *opts, "--", *argv]
 
 
 class TrainerProcess:
@@ -52,7 +52,7 @@ class TrainerProcess:
         self.grace_s = grace_s
         self.signalled: int | None = None
         self._stopper: threading.Thread | None = None
-        guard = [sys.executable, "-m", standby.MODULE]
+        guard = standby.guard_command()
         taken = standby.take(argv[len(guard):], env, cwd) if argv[:len(guard)] == guard else None
         self.proc = taken or subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, start_new_session=True)

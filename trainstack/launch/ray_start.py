@@ -67,7 +67,9 @@ def owned(argv: list[str], grace_s: float = 10.0) -> list[str]:
     temp dir. Start it with start_new_session=True from a long-lived thread."""
     temp = temp_dir_of(argv)
     opts = ["--grace", str(grace_s), "--parent", str(os.getpid())] + (["--remove", temp] if temp else [])
-    return [sys.executable, "-m", "trainstack.run.trainer_guard", *opts, "--", *argv]
+    from trainstack.launch.standby import guard_command
+
+    return [*guard_command(), *opts, "--", *argv]
 
 
 def remove_temp_dir(argv: list[str]) -> None:

@@ -11,20 +11,28 @@ been, a child of this launcher in a session of its own.
 
 A standby that is not handed a start exits: at EOF on its stdin (the launcher left: a dry run decided
 by the config, a refusal, a remote launch, a crash; `release` at the end of `main`) or after its idle
-limit (trainer_guard.STANDBY_IDLE_S: a launch that prepares its inputs for longer). `take` answers None when the standby is gone, and the
-caller starts a fresh guard. `TRAINSTACK_GUARD_STANDBY=0` starts none.
+limit (trainer_guard.STANDBY_IDLE_S: a launch that prepares its inputs for longer). `take` answers None
+when the standby is gone, and the caller starts a fresh guard. `TRAINSTACK_GUARD_STANDBY=0` starts none.
 May import: the stdlib only (it runs before anything else of the launcher).
 """
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 ENV = "TRAINSTACK_GUARD_STANDBY"
 MODULE = "trainstack.run.trainer_guard"  # its `--standby` side is trainer_guard.serve_standby
 _FALSE = ("false", "0", "no", "off", "null", "")
 _WAITING: list[subprocess.Popen] = []
+
+
+def guard_command() -> list[str]:
+    """How the guard is started: this interpreter, `-m trainstack.run.trainer_guard` (then its arguments)."""
+    return [sys.executable, "-m", MODULE]
 
 
 def wanted(argv: list[str]) -> bool:
@@ -44,8 +52,10 @@ def start(argv: list[str]) -> None:
     """Start the guard in standby for the command line `argv` (best effort: a launch never needs it)."""
     if _WAITING or not wanted(argv):
         return
+    import subprocess  # here: `run.py --help` and the dry runs need none of it
+
     try:
-        proc = subprocess.Popen([sys.executable, "-m", MODULE, "--standby"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*guard_command(), "--standby"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError:
         return
@@ -78,6 +88,8 @@ def release() -> None:
 
 
 def _let_go(proc: subprocess.Popen) -> None:
+    import subprocess
+
     for f in (proc.stdin, proc.stdout):
         try:
             if f is not None:

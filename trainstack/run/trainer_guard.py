@@ -260,7 +260,11 @@ def serve_standby() -> int:
     import json
     import select
 
-    ready, _, _ = select.select([0], [], [], float(os.environ.get("TRAINSTACK_GUARD_STANDBY_IDLE_S") or STANDBY_IDLE_S))
+    try:
+        idle_s = float(os.environ.get("TRAINSTACK_GUARD_STANDBY_IDLE_S") or STANDBY_IDLE_S)
+    except ValueError:
+        idle_s = STANDBY_IDLE_S
+    ready, _, _ = select.select([0], [], [], idle_s)
     line = b""
     while ready:
         more = os.read(0, 1 << 20)
